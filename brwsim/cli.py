@@ -1,0 +1,152 @@
+"""Command line: ``brwsim run | theory | import-logprobs``.
+
+Every user error (bad family string, budget, file) prints one line
+``brwsim: error: ...`` and exits with status 2; no output file is written then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from collections.abc import Sequence
+
+from brwsim.errors import UserError
+
+__all__ = ["main", "build_parser", "parse_budgets"]
+
+DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit status 2), as for every other bad input."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        raise UserError(f"{self.prog}: {message}")
+
+
+def parse_budgets(text: str) -> list[int]:
+    """Budgets from ``"1,4,16"`` or ranges ``"1..4096"`` (powers of two) / ``"1-64"`` (all).
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        On anything that is not a positive integer.
+    """
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if ".." in part:
+                lo, hi = (int(x) for x in part.split(".."))
+                if lo < 1:
+                    raise UserError(f"budgets must be >= 1, got {part!r}")
+                p = lo
+                while p <= hi:
+                    out.append(p)
+                    p *= 2
+            elif "-" in part[1:]:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UserError(f"budgets: {part!r} is not an integer (use e.g. 1,4,16 or 1..4096)") from None
+    if not out:
+        raise UserError("budgets must not be empty")
+    if min(out) < 1:
+        raise UserError(f"budgets must be positive integers (P >= 1), got {min(out)}")
+    return out
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from brwsim.families import parse_family
+    from brwsim.io import write_netcdf_atomic
+    from brwsim.simulate import simulate, summarize
+
+    family = parse_family(args.family)
+    budgets = parse_budgets(args.budgets)
+    if args.iterations < 1:
+        raise UserError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
+    show = not args.quiet and sys.stderr.isatty()
+    ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show,
+                  command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    s = summarize(ds)
+    mu, mu2 = float(ds["mu"]), float(ds["mu2"])
+    rows = []
+    for i, p in enumerate(ds["budget"].values):
+        rows.append([str(p), f"{s.accepted_mean[i]:.4f}", f"{s.accepted_se[i]:.4f}",
+                     f"{s.tokens_per_call[i]:.4f}", f"{s.expected_mean[i]:.4f}",
+                     f"{s.expected_se[i]:.4f}", f"{s.depth_mean[i]:.2f}",
+                     f"{float(ds['paper_bound'][i]):.4f}"])
+        if "prediction" in ds:
+            rows[-1].append(f"{float(ds['prediction'][i]):.4f}")
+    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth", "paper bound"]
+    if "prediction" in ds:
+        header.append("prediction")
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
+    se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
+    print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
+    print(_table(rows, header))
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``brwsim`` argument parser with every subcommand."""
+    from brwsim import __version__
+    from brwsim.families import DEFAULT_FAMILY
+
+    parser = _Parser(prog="brwsim", description="Monte Carlo speed-of-light of speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"brwsim {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    run = sub.add_parser("run", help="optimal draft trees on one family; prints a table, writes netCDF")
+    run.add_argument("--family", default=DEFAULT_FAMILY,
+                     help="family string, e.g. 'dirichlet(alpha=0.05, vocab=200)' (default: an LLM-like mixture)")
+    run.add_argument("--budgets", default=DEFAULT_BUDGETS,
+                     help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), '1-8' (default 1..4096)")
+    run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")
+    run.add_argument("--seed", type=int, default=0, help="root seed, any non-negative integer (default 0)")
+    run.add_argument("--out", default="run.nc", help="netCDF output (default run.nc; '' to skip)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_cmd_run)
+    try:
+        from brwsim import logprobs
+    except ImportError:  # pragma: no cover - optional module missing
+        logprobs = None
+    if logprobs is not None:
+        logprobs.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``brwsim`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            args = parser.parse_args(["run", *argv])
+        args.argv = argv
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"brwsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("brwsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The family interface: what every next-token distribution law provides.
+
+A :class:`Family` has three faces:
+
+* ``components(beta)``: its numba form, a list of :class:`Component` (one unless it is a
+  mixture), compiled by :func:`compile_spec` into the flat arrays the kernels read;
+  ``beta = 1 / T`` tempers every node distribution (q**beta renormalised).
+* ``sample_full(rng, beta)``: an exact, plain numpy sampler of one whole distribution,
+  sorted descending: the reference the lazy kernels are tested against, the engine of
+  Monte Carlo moments and of the heapq baseline.
+* ``moments()``: mu = E[H(q)] and mu2 = E[sum q (log q)**2] in nats, exact where a closed
+  form exists, otherwise Monte Carlo with standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.kernels.dist import NF, NI
+
+__all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments"]
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Spine-step moments of a family (natural logarithms).
+
+    Attributes
+    ----------
+    mu, mu2 : float
+        E[H(q)] and E[sum_i q_i (log q_i)**2].
+    mu_se, mu2_se : float
+        Their standard errors (0 when exact).
+    h2, h2_se : float
+        E[H(q)**2] and its standard error: the other reading of the paper's "second
+        moment" (DESIGN.md, section 1).
+    exact : bool
+        True when computed in closed form or by quadrature (error below 1e-9).
+    """
+
+    mu: float
+    mu2: float
+    mu_se: float = 0.0
+    mu2_se: float = 0.0
+    h2: float = math.nan
+    h2_se: float = 0.0
+    exact: bool = True
+
+
+@dataclass
+class Component:
+    """One numba component: a kind code, parameters and a data block."""
+
+    kind: int
+    fpar: list[float] = field(default_factory=list)
+    ipar: list[int] = field(default_factory=list)
+    data: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    weight: float = 1.0
+    head_cap: int = 0
+
+
+class Spec(NamedTuple):
+    """Flat arrays of a compiled family, in the order the kernels take them."""
+
+    kinds: np.ndarray
+    cw: np.ndarray
+    fpar: np.ndarray
+    ipar: np.ndarray
+    data: np.ndarray
+    head_cap: int
+
+
+def compile_spec(comps: list[Component]) -> Spec:
+    """Pack components into a :class:`Spec`; ``ipar[:, 0:2]`` become (offset, length)."""
+    m = len(comps)
+    fpar = np.zeros((m, NF))
+    ipar = np.zeros((m, NI), np.int64)
+    kinds = np.empty(m, np.int64)
+    blocks = []
+    off = 0
+    for c, comp in enumerate(comps):
+        kinds[c] = comp.kind
+        fpar[c, :len(comp.fpar)] = comp.fpar
+        ipar[c, 2:2 + len(comp.ipar)] = comp.ipar
+        ipar[c, 0] = off
+        ipar[c, 1] = comp.data.size
+        blocks.append(np.ascontiguousarray(comp.data, dtype=np.float64).ravel())
+        off += comp.data.size
+    w = np.array([comp.weight for comp in comps], dtype=np.float64)
+    data = np.concatenate(blocks) if blocks else np.zeros(0)
+    return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
+                max(comp.head_cap for comp in comps))
+
+
+def distribution_moments(q: np.ndarray) -> tuple[float, float]:
+    """Entropy and second log-moment, (-sum q log q, sum q (log q)**2), over q > 0."""
+    q = q[q > 0]
+    lq = np.log(q)
+    return float(-(q * lq).sum()), float((q * lq * lq).sum())
+
+
+def check_positive(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """``value`` as a float, or a :class:`UserError` naming ``name``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UserError(f"{name} must be a finite number {bound}, got {value!r}")
+    return v
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, or a :class:`UserError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class Family:
+    """Base class of next-token distribution families (i.i.d. over nodes).
+
+    Subclasses set ``name`` (the lower-case CLI name), store their parameters and
+    implement :meth:`components`, :meth:`sample_full` and, where a closed form exists,
+    :meth:`moments`.
+    """
+
+    name: str = "family"
+
+    def params(self) -> dict[str, Any]:
+        """Parameters as a JSON-serialisable dict (the CLI string form's arguments)."""
+        raise NotImplementedError
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        """Numba components of the family tempered by ``beta`` (= 1 / temperature)."""
+        raise NotImplementedError
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        """One whole next-token distribution, exact, sorted descending.
+
+        The entries may sum to less than 1 (mass outside any tree) and infinite
+        vocabularies are truncated where the remaining mass is below 1e-17.
+        """
+        raise NotImplementedError
+
+    def spec(self) -> Spec:
+        """The compiled numba form of this family."""
+        return compile_spec(self.components(1.0))
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        """mu and mu2 by Monte Carlo over ``n`` exact samples (default: by vocabulary).
+
+        Subclasses with closed forms override this. ``n`` defaults to
+        ``clip(2e7 / vocab, 500, 20000)`` node distributions.
+        """
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x4D4F4D,)))
+        if n is None:
+            size = self.sample_full(rng).size
+            n = int(np.clip(2e7 / max(size, 1), 500, 20000))
+        vals = np.array([distribution_moments(self.sample_full(rng)) for _ in range(n)])
+        h, m2 = vals[:, 0], vals[:, 1]
+        se = lambda x: float(x.std(ddof=1) / math.sqrt(n))  # noqa: E731
+        return Moments(float(h.mean()), float(m2.mean()), se(h), se(m2),
+                       float((h * h).mean()), se(h * h), exact=False)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={_fmt(v)}" for k, v in self.params().items())
+        return f"{self.name}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, Family):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, str):
+        return repr(v)
+    return repr(v)

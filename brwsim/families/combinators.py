@@ -1,0 +1,92 @@
+"""Families made of families: Mixture and Tempered."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.families.base import Component, Family, Moments, check_positive
+
+__all__ = ["Mixture", "Tempered"]
+
+
+def _as_family(obj: Any, what: str) -> Family:
+    if not isinstance(obj, Family):
+        raise UserError(f"{what} must be a family, got {obj!r}")
+    return obj
+
+
+class Mixture(Family):
+    """Each node picks one component family with the given weights.
+
+    Moments are the weighted component moments (standard errors combined).
+    """
+
+    name = "mixture"
+
+    def __init__(self, families: Any, weights: Any = None) -> None:
+        if not isinstance(families, (list, tuple)) or not families:
+            raise UserError("mixture needs a non-empty list of families")
+        self.families = [_as_family(f, f"families[{i}]") for i, f in enumerate(families)]
+        w = np.ones(len(families)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+        if w.size != len(self.families):
+            raise UserError(f"mixture has {len(self.families)} families but {w.size} weights")
+        if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+            raise UserError("mixture weights must be finite, non-negative and not all zero")
+        self.weights = w / w.sum()
+
+    def params(self) -> dict[str, Any]:
+        return {"families": list(self.families), "weights": [float(x) for x in self.weights]}
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        out = []
+        for fam, w in zip(self.families, self.weights):
+            for comp in fam.components(beta):
+                comp.weight *= w
+                out.append(comp)
+        return out
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        i = rng.choice(len(self.families), p=self.weights)
+        return self.families[i].sample_full(rng, beta)
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        ms = [f.moments(n=n, seed=seed) for f in self.families]
+        w = self.weights
+        comb = lambda xs: float(np.dot(w, xs))  # noqa: E731
+        se = lambda xs: float(math.sqrt(np.dot(w * w, np.square(xs))))  # noqa: E731
+        return Moments(comb([m.mu for m in ms]), comb([m.mu2 for m in ms]),
+                       se([m.mu_se for m in ms]), se([m.mu2_se for m in ms]),
+                       comb([m.h2 for m in ms]), se([m.h2_se for m in ms]),
+                       exact=all(m.exact for m in ms))
+
+
+class Tempered(Family):
+    """q**(1/T) renormalised at every node: sampling at temperature ``T``.
+
+    For families with tail mass outside any tree (Fixed, Empirical) the tail is tempered
+    as one lumped token. Moments are Monte Carlo (exact ones when T == 1).
+    """
+
+    name = "tempered"
+
+    def __init__(self, family: Any, T: float) -> None:
+        self.family = _as_family(family, "family")
+        self.T = check_positive("T", T)
+
+    def params(self) -> dict[str, Any]:
+        return {"family": self.family, "T": self.T}
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        return self.family.components(beta / self.T)
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        return self.family.sample_full(rng, beta / self.T)
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        if self.T == 1.0:
+            return self.family.moments(n=n, seed=seed)
+        return super().moments(n=n, seed=seed)

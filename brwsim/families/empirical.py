@@ -1,0 +1,196 @@
+"""Families built from measured data: Empirical (a bank of rows) and EntropyTarget."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.families.base import Component, Family, Moments, check_int
+from brwsim.families.parametric import _log_or_minf, tempered_listed
+from brwsim.kernels import dist as K
+from brwsim.kernels.special import zipf_sum
+
+__all__ = ["Empirical", "EntropyTarget", "validate_rows"]
+
+_QUANTILE_POINTS = 4096
+_ZIPF_S_MAX = 60.0
+_MIN_ENTROPY = 1e-9
+
+
+def validate_rows(rows: Any, what: str = "bank") -> np.ndarray:
+    """Rows of probabilities as a 2-D array sorted descending per row, zero padded.
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        On NaN, negative entries, a row summing above 1, or a degenerate bank.
+    """
+    q = np.asarray(rows, dtype=np.float64)
+    if q.ndim == 1:
+        q = q[None, :]
+    if q.ndim != 2 or q.size == 0:
+        raise UserError(f"{what} must be a non-empty 2-D array of probabilities (rows x k)")
+    if np.isnan(q).any():
+        raise UserError(f"{what} has NaN probabilities (row {int(np.isnan(q).any(axis=1).argmax())})")
+    if (q < 0).any() or np.isinf(q).any():
+        raise UserError(f"{what} has negative or infinite probabilities "
+                        f"(row {int(((q < 0) | np.isinf(q)).any(axis=1).argmax())})")
+    sums = q.sum(axis=1)
+    if (sums > 1.0 + 1e-6).any():
+        bad = int((sums > 1.0 + 1e-6).argmax())
+        raise UserError(f"{what} row {bad} sums to {sums[bad]:.9g} > 1")
+    if (q.max(axis=1) <= 0).any():
+        raise UserError(f"{what} row {int((q.max(axis=1) <= 0).argmax())} has no positive probability")
+    q = -np.sort(-q, axis=1)
+    if (q[:, 0] >= 1.0 - 1e-12).all():
+        raise UserError(f"every row of {what} has a token of probability 1: every tree would be "
+                        "a chain (X = P)")
+    return q
+
+
+class Empirical(Family):
+    """Each node resamples one row of a bank of recorded top-k probability vectors.
+
+    Parameters
+    ----------
+    bank : array-like, str or path
+        A (rows, k) array of probabilities (a row may sum below 1: the rest is tail
+        mass outside any tree), or a bank file written by ``brwsim import-logprobs``.
+
+    Moments are exact averages over the rows (listed tokens only).
+    """
+
+    name = "empirical"
+
+    def __init__(self, bank: Any = None, path: str | None = None) -> None:
+        source = path if path is not None else bank
+        if source is None:
+            raise UserError("empirical needs a bank: an array of rows or path=<bank.nc>")
+        self.path = None
+        if isinstance(source, (str, Path)):
+            from brwsim.logprobs import load_bank
+
+            self.path = str(source)
+            probs, _tail = load_bank(source)
+            source = probs
+        self.rows = validate_rows(source)
+
+    def params(self) -> dict[str, Any]:
+        if self.path is not None:
+            return {"path": self.path}
+        return {"bank": self.rows.tolist()}
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        rows = np.array([tempered_listed(r, beta) for r in self.rows]) if beta != 1.0 else self.rows
+        return [Component(K.BANK, ipar=[rows.shape[0], rows.shape[1]], data=_log_or_minf(rows))]
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        row = self.rows[rng.integers(self.rows.shape[0])]
+        return tempered_listed(row[row > 0], beta)
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        q = self.rows
+        lq = _log_or_minf(np.where(q > 0, q, 1.0))
+        h = -(q * lq).sum(axis=1)
+        m2 = (q * lq * lq).sum(axis=1)
+        return Moments(float(h.mean()), float(m2.mean()), h2=float((h * h).mean()))
+
+
+def _entropy_values(entropies: Any, hmax: float) -> np.ndarray:
+    if hasattr(entropies, "ppf"):          # a frozen scipy.stats distribution
+        u = (np.arange(_QUANTILE_POINTS) + 0.5) / _QUANTILE_POINTS
+        vals = np.asarray(entropies.ppf(u), dtype=np.float64)
+        if not np.all(np.isfinite(vals)):
+            raise UserError("entropies: the distribution's quantiles are not finite")
+        return np.clip(vals, _MIN_ENTROPY, hmax)
+    vals = np.asarray(entropies, dtype=np.float64).ravel()
+    if vals.size == 0 or not np.all(np.isfinite(vals)):
+        raise UserError("entropies must be a non-empty array of finite values (nats)")
+    if (vals < 0).any() or (vals > hmax + 1e-12).any():
+        raise UserError(f"entropies must lie in [0, {hmax:.6g}] nats for this shape, "
+                        f"got range [{vals.min():.6g}, {vals.max():.6g}]")
+    if (vals <= 0).all():
+        raise UserError("entropies are all 0: every tree would be a chain (X = P)")
+    return np.clip(vals, _MIN_ENTROPY, hmax)
+
+
+class EntropyTarget(Family):
+    """Each node draws an entropy and gets a distribution of a given shape with exactly it.
+
+    Parameters
+    ----------
+    entropies : array-like or frozen scipy.stats distribution
+        Entropy samples in nats (e.g. measured from a real model; each node picks one
+        uniformly), or a distribution, discretised at 4096 quantile midpoints and clipped
+        to the shape's range.
+    shape : {"geometric", "zipf"}
+        q_i = (1 - r) r**i (infinite vocabulary), or q_i proportional to i**-s over
+        ``vocab`` tokens. The parameter is solved per entropy value by safeguarded
+        Newton to 1e-12 relative accuracy.
+    vocab : int, optional
+        Vocabulary of the Zipf shape (required for it).
+    """
+
+    name = "entropytarget"
+
+    def __init__(self, entropies: Any, shape: str = "geometric", vocab: int | None = None) -> None:
+        if shape not in ("geometric", "zipf"):
+            raise UserError(f"shape must be 'geometric' or 'zipf', got {shape!r}")
+        self.shape = shape
+        if shape == "zipf":
+            if vocab is None:
+                raise UserError("shape='zipf' needs vocab")
+            self.vocab = check_int("vocab", vocab, 2)
+            hmax = math.log(self.vocab)
+        else:
+            self.vocab = None
+            hmax = math.inf
+        self._source = entropies if hasattr(entropies, "ppf") else None
+        self.entropies = _entropy_values(entropies, hmax)
+        code = 0 if shape == "geometric" else 1
+        vocab_i = self.vocab or 0
+        hi = 1.0 - 1e-16 if code == 0 else _ZIPF_S_MAX
+        self.params_per_value = np.array(
+            [K.entropy_shape_param(code, h, vocab_i, 0.0, hi) for h in self.entropies])
+
+    def params(self) -> dict[str, Any]:
+        src = repr(self._source) if self._source is not None else self.entropies.tolist()
+        out: dict[str, Any] = {"entropies": src, "shape": self.shape}
+        if self.vocab is not None:
+            out["vocab"] = self.vocab
+        return out
+
+    def _tempered(self, beta: float) -> np.ndarray:
+        p = self.params_per_value
+        return p ** beta if self.shape == "geometric" else p * beta
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        param = self._tempered(beta)
+        if self.shape == "geometric":
+            log_norm = np.zeros_like(param)
+        else:
+            log_norm = np.log([zipf_sum(self.vocab, s, 0) for s in param])
+        return [Component(K.ENTROPY, ipar=[self.vocab or 0],
+                          data=np.column_stack([param, log_norm]).ravel())]
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        from brwsim.families.parametric import Geometric, Zipf
+
+        param = self._tempered(beta)[rng.integers(self.entropies.size)]
+        if self.shape == "geometric":
+            return Geometric(param).sample_full(rng) if param > 0 else np.array([1.0])
+        return Zipf(param, self.vocab).sample_full(rng)
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        from brwsim.families.parametric import Geometric, _zipf_moments_at
+
+        if self.shape == "geometric":
+            m2 = [Geometric(r).moments().mu2 if r > 0 else 0.0 for r in self.params_per_value]
+        else:
+            m2 = [_zipf_moments_at(s, self.vocab)[1] for s in self.params_per_value]
+        h = self.entropies
+        return Moments(float(h.mean()), float(np.mean(m2)), h2=float((h * h).mean()))

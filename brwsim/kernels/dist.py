@@ -1,0 +1,282 @@
+"""Lazy sorted next-token distributions of one node, as numba kernels.
+
+A family compiles to a flat *spec* of arrays (see :mod:`brwsim.families.base`):
+
+* ``kinds[c]``, ``cw[c]`` (cumulative mixture weight), ``fpar[c, :]``, ``ipar[c, :]`` for
+  each component c, and one float64 ``data`` array that components index with
+  ``ipar[c, 0]`` (offset) and ``ipar[c, 1]`` (length).
+
+A node's distribution lives in one *level* of the caller's state arrays
+(``lf[d, :]`` floats, ``li[d, :]`` ints, ``head[d, :]`` a buffer of log-probabilities).
+``dist_init`` sets the level up from the node's key; each ``dist_next`` returns the
+log-probability of the next rank (0 = most likely), or ``-inf`` once the vocabulary is
+exhausted. Ranks come out in non-increasing order, and no call costs O(vocab) unless the
+family is exact-by-construction at small vocabularies.
+
+Level layout: ``li[d, 0]`` effective kind, ``li[d, 1]`` next rank, ``li[d, 2]`` component,
+``li[d, 3]`` kind-specific; ``lf[d, 0..7]`` kind-specific.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+from brwsim.kernels import kernel
+import numpy as np
+
+from brwsim.kernels.rng import DIST, gamma, mix, purpose_key, unit
+from brwsim.kernels.special import spline_eval, zipf_sum
+
+UNIFORM = 0
+TABLE = 1
+GEOMETRIC = 2  # fpar[c] = (r, log r, log(1 - r))
+ZIPF = 3
+BANK = 4
+ORDERSTAT = 5
+PEAKED = 6
+ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
+
+NF = 8          # float parameters per component
+NI = 6          # int parameters per component
+LEVEL_F = 8     # float state per level
+LEVEL_I = 4     # int state per level
+
+EMPTY = -1      # a level proven to have no rank above the caller's cut-off
+
+# ORDERSTAT table layout inside data: three splines of n_int x 4 coefficients each.
+OS_LOGW, OS_LOGM1, OS_LOGM2 = range(3)
+NEG_INF = -np.inf
+# Early exit is taken only with this relative margin, so it never decides a rank that the
+# exact comparison in the caller would decide otherwise.
+_EXIT_MARGIN = 1.0 + 1e-9
+
+
+@kernel
+def _os_eval(data, fpar, ipar, c, which, a):
+    """Spline ``which`` (log-weight or log partial moment) at A = -log CDF = ``a``."""
+    n_int = ipar[c, 3]
+    return spline_eval(data, ipar[c, 0] + which * n_int * 4, n_int, fpar[c, 0], fpar[c, 1],
+                       math.log(a) if a > 0.0 else -1e300)
+
+
+@kernel
+def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
+    """Descending order statistics of ``vocab`` i.i.d. weights (Dirichlet, SoftmaxNormal).
+
+    The j-th largest of n uniforms has -log CDF A_j = A_{j-1} + E_j / (n - j + 1) with
+    E_j standard exponential (Renyi, exact); the weight is the tabulated quantile at A_j.
+    Small vocabularies are generated in full (exact normaliser); large ones generate a
+    head of ``ipar[c, 4]`` ranks and draw the sum of the remaining weights from a
+    moment-matched gamma law of the truncated tail (see ``brwsim.families.Dirichlet``).
+    Generation stops early, leaving the level EMPTY, once the partial normaliser proves
+    that even rank 0 has log-probability below ``min_logq``.
+    """
+    n = ipar[c, 2]
+    n_head = ipar[c, 4]
+    r_max = math.exp(-min_logq) * _EXIT_MARGIN if min_logq > -700.0 else np.inf
+    a = 0.0
+    lw1 = 0.0
+    acc = 0.0
+    for j in range(n_head):
+        a -= math.log(unit(dk, j + 1)) / (n - j)
+        lw = _os_eval(data, fpar, ipar, c, OS_LOGW, a)
+        head[d, j] = lw
+        if j == 0:
+            lw1 = lw
+            acc = 1.0
+        else:
+            acc += math.exp(lw - lw1)
+            if acc > r_max:
+                li[d, 0] = EMPTY
+                return
+    log_z = lw1 + math.log(acc)
+    if ipar[c, 5] == 1:
+        rest = n - n_head
+        cdf = math.exp(-a)
+        m1 = math.exp(_os_eval(data, fpar, ipar, c, OS_LOGM1, a)) / cdf
+        m2 = math.exp(_os_eval(data, fpar, ipar, c, OS_LOGM2, a)) / cdf
+        mean = rest * m1
+        var = rest * (m2 - m1 * m1)
+        tail = mean
+        if var > 0.0 and mean > 0.0:
+            tail = gamma(mean * mean / var, mix(dk ^ np.uint64(0x7A11))) * (var / mean)
+        if tail > 0.0:
+            log_z = np.logaddexp(log_z, math.log(tail))
+    for j in range(n_head):
+        head[d, j] -= log_z
+    lf[d, 0] = log_z
+    lf[d, 1] = a
+    li[d, 0] = ORDERSTAT
+
+
+@kernel
+def _peaked_params(a, b, s_beta, beta, log_h1, log_hb, dk):
+    """(log q of the top-1 token, log coefficient of the Zipf part) of a Peaked node.
+
+    Weights m**beta and ((1 - m) i**-s / H(n-1, s))**beta for i = 1..n-1, m ~ Beta(a, b).
+    """
+    g1 = gamma(a, mix(dk ^ np.uint64(1)))
+    g2 = gamma(b, mix(dk ^ np.uint64(2)))
+    log_tot = math.log(g1 + g2)
+    log_m = math.log(g1) - log_tot if g1 > 0.0 else NEG_INF
+    log_rest = math.log(g2) - log_tot if g2 > 0.0 else NEG_INF
+    log_coef = beta * (log_rest - log_h1)
+    top = beta * log_m
+    hi = max(top, log_coef + log_hb)
+    if hi == NEG_INF:
+        return NEG_INF, NEG_INF
+    log_z = hi + math.log(math.exp(top - hi) + math.exp(log_coef + log_hb - hi))
+    return top - log_z, log_coef - log_z
+
+
+@kernel
+def _geometric_entropy(r):
+    if r <= 0.0:
+        return 0.0, np.inf
+    h = (-(1.0 - r) * math.log1p(-r) - r * math.log(r)) / (1.0 - r)
+    return h, -math.log(r) / (1.0 - r) ** 2
+
+
+@kernel
+def _zipf_entropy(s, vocab):
+    s0 = zipf_sum(vocab, s, 0)
+    s1 = zipf_sum(vocab, s, 1) / s0
+    s2 = zipf_sum(vocab, s, 2) / s0
+    return s * s1 + math.log(s0), -s * (s2 - s1 * s1)
+
+
+@kernel
+def entropy_shape_param(shape, h, vocab, lo, hi):
+    """Parameter of a geometric (shape 0: r) or Zipf (shape 1: s) law with entropy ``h``.
+
+    Safeguarded Newton on the bracket [lo, hi] (from the family's inversion table),
+    to a relative tolerance of 1e-12.
+    """
+    x = 0.5 * (lo + hi)
+    for _ in range(100):
+        if shape == 0:
+            f, df = _geometric_entropy(x)
+            f -= h
+            if f > 0.0:
+                hi = x
+            else:
+                lo = x
+        else:
+            f, df = _zipf_entropy(x, vocab)
+            f -= h
+            if f > 0.0:
+                lo = x
+            else:
+                hi = x
+        step = f / df if df != 0.0 else 0.0
+        nx = x - step
+        if not (lo < nx < hi):
+            nx = 0.5 * (lo + hi)
+        if abs(nx - x) <= 1e-13 * max(1.0, abs(x)):
+            return nx
+        x = nx
+    return x
+
+
+@kernel
+def dist_init(kinds, cw, fpar, ipar, data, key, d, lf, li, head, min_logq):
+    """Set up level ``d`` with the distribution of the node whose key is ``key``.
+
+    ``min_logq`` is the caller's cut-off: ranks with a smaller log-probability will not
+    be used, so a family may mark the level EMPTY once it proves none reaches it.
+    """
+    dk = purpose_key(key, DIST)
+    c = 0
+    m = kinds.shape[0]
+    if m > 1:
+        u = unit(dk, 0) * cw[m - 1]
+        while c < m - 1 and u > cw[c]:
+            c += 1
+    kind = kinds[c]
+    li[d, 0] = kind
+    li[d, 1] = 0
+    li[d, 2] = c
+    if kind == ZIPF:
+        s_lo = fpar[c, 0]
+        s = s_lo + unit(dk, 1) * (fpar[c, 1] - s_lo)
+        lf[d, 0] = s
+        lf[d, 1] = spline_eval(data, ipar[c, 0], ipar[c, 1] // 4, s_lo, fpar[c, 2], s)
+        li[d, 3] = ipar[c, 2]
+    elif kind == GEOMETRIC:
+        r = fpar[c, 0]
+        lf[d, 0] = fpar[c, 1]
+        lf[d, 1] = fpar[c, 2]
+    elif kind == BANK:
+        nrows = ipar[c, 2]
+        li[d, 3] = min(int(unit(dk, 1) * nrows), nrows - 1)
+    elif kind == ORDERSTAT:
+        _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
+    elif kind == PEAKED:
+        top, coef = _peaked_params(fpar[c, 0], fpar[c, 1], fpar[c, 2], fpar[c, 3],
+                                   fpar[c, 4], fpar[c, 5], dk)
+        lf[d, 0] = top
+        lf[d, 1] = coef
+        lf[d, 2] = fpar[c, 2]
+        li[d, 3] = 0                      # 1 once the top-1 token has been emitted
+    elif kind == ENTROPY:
+        # data holds (shape parameter, log normaliser) per entropy value, tempered
+        off, n_vals = ipar[c, 0], ipar[c, 1] // 2
+        i = off + 2 * min(int(unit(dk, 1) * n_vals), n_vals - 1)
+        if ipar[c, 2] == 0:
+            r = data[i]
+            lf[d, 0] = math.log(r) if r > 0.0 else NEG_INF
+            lf[d, 1] = math.log1p(-r)
+            li[d, 0] = GEOMETRIC
+        else:
+            lf[d, 0] = data[i]
+            lf[d, 1] = data[i + 1]
+            li[d, 3] = ipar[c, 2]
+            li[d, 0] = ZIPF
+
+
+@kernel
+def dist_next(fpar, ipar, data, key, d, lf, li, head):
+    """Log-probability of the next rank of level ``d`` (``-inf`` when exhausted).
+
+    One exit point: numba's reference-count pruning then removes every incref/decref
+    of the array arguments, and LLVM inlines this into the tree pass.
+    """
+    kind = li[d, 0]
+    c = li[d, 2]
+    r = li[d, 1]
+    li[d, 1] = r + 1
+    out = NEG_INF
+    if kind == ZIPF:
+        if r < li[d, 3]:
+            out = -lf[d, 0] * math.log(r + 1.0) - lf[d, 1]
+    elif kind == GEOMETRIC:
+        out = lf[d, 1] if r == 0 else lf[d, 1] + r * lf[d, 0]
+    elif kind == UNIFORM:
+        if r < ipar[c, 2]:
+            out = fpar[c, 0]
+    elif kind == TABLE:
+        if r < ipar[c, 1]:
+            out = data[ipar[c, 0] + r]
+    elif kind == BANK:
+        k = ipar[c, 3]
+        if r < k:
+            out = data[ipar[c, 0] + li[d, 3] * k + r]
+    elif kind == ORDERSTAT:
+        n = ipar[c, 2]
+        if r < ipar[c, 4]:
+            out = head[d, r]
+        elif r < n:
+            a = lf[d, 1] - math.log(unit(purpose_key(key, DIST), r + 1)) / (n - r)
+            lf[d, 1] = a
+            n_int = ipar[c, 3]
+            out = spline_eval(data, ipar[c, 0] + OS_LOGW * n_int * 4, n_int, fpar[c, 0],
+                              fpar[c, 1], math.log(a)) - lf[d, 0]
+    elif kind == PEAKED:
+        i = r + 1 - li[d, 3]              # next Zipf index, 1-based
+        if i <= ipar[c, 2] - 1:
+            out = lf[d, 1] - lf[d, 2] * math.log(i)
+        if li[d, 3] == 0 and lf[d, 0] >= out:
+            li[d, 3] = 1
+            out = lf[d, 0]
+    return out

@@ -1,0 +1,232 @@
+"""Optimal draft trees: a threshold pass plus nested selection (DESIGN.md, ideas 2-4).
+
+For one root, :func:`_collect` visits, in depth-first pre-order with children in rank
+order, every node whose position S(v) = -log p(v) is at most a threshold t, stopping at a
+node's first child above t (children come sorted, so the rest are above t too). It
+samples the target's path on the way: at a path node with uniform U, the child of rank r
+is on the path iff cum_{r-1} < U <= cum_r, which needs only the ranks the pass generates.
+
+If at least P_max nodes fall below t, the P_max smallest by (S, depth, pre-order index)
+are exactly T_{P_max}; pre-order among equal (S, depth) is the lexicographic order of rank
+paths, so the tie-break does not depend on t. :func:`_select_nested` partitions them once
+per budget (largest first, expected linear time) and accumulates, per budget, the path
+probabilities (in two-limb fixed point, so the sum is exact and independent of the order
+of addition, hence of the budget list and of t), the path nodes and the maximum depth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+
+from brwsim.kernels import kernel
+import numpy as np
+
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I, dist_init, dist_next
+from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
+
+_SCALE = 1099511627776.0          # 2**40: fixed-point limb
+_INV_SCALE = 1.0 / _SCALE
+_ABORT = -1
+_TOO_DEEP = -2
+MAX_NODES = 1 << 28               # hard limit on one pass (about 5 GB of buffers)
+
+
+@nb.njit(cache=True)
+def _new_levels(n_levels, head_cap):
+    """Per-level buffers of a pass: keys, positions, path state, family state, heads."""
+    return (np.empty(n_levels, np.uint64), np.empty(n_levels), np.empty(n_levels, np.int8),
+            np.empty(n_levels), np.empty(n_levels), np.empty((n_levels, LEVEL_F)),
+            np.empty((n_levels, LEVEL_I), np.int64), np.empty((n_levels, max(head_cap, 1))))
+
+
+@kernel
+def _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
+             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+    """Nodes with S <= t below the root ``rkey`` into (pos, dep, onpath), in pre-order.
+
+    The per-level buffers (``keys`` .. ``head``) are never rebound here, which keeps
+    reference counting out of the loop. Returns the number of nodes, ``_ABORT`` if more
+    than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
+    """
+    n_levels = keys.shape[0]
+    keys[0] = rkey
+    s_lev[0] = 0.0
+    on_lev[0] = 1
+    u_lev[0] = unit(purpose_key(rkey, PATH), 0)
+    c_lev[0] = 0.0
+    dist_init(kinds, cw, fpar, ipar, data, rkey, 0, lf, li, head, -t)
+    n = 0
+    d = 0
+    while d >= 0:
+        lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
+        sc = s_lev[d] - lq
+        if not sc <= t:                 # above the threshold, exhausted (-inf) or NaN
+            d -= 1
+            continue
+        if n >= cap:
+            return _ABORT
+        if d + 1 >= n_levels:
+            return _TOO_DEEP
+        child_on = 0
+        if on_lev[d] == 1:
+            c_lev[d] += math.exp(lq)
+            if u_lev[d] <= c_lev[d]:
+                child_on = 1
+                on_lev[d] = 2           # this node's sampled child has been found
+        pos[n] = sc
+        dep[n] = d + 1
+        onpath[n] = child_on
+        n += 1
+        ck = child_key(keys[d], li[d, 1] - 1)
+        d += 1
+        keys[d] = ck
+        s_lev[d] = sc
+        on_lev[d] = child_on
+        if child_on == 1:
+            u_lev[d] = unit(purpose_key(ck, PATH), 0)
+            c_lev[d] = 0.0
+        dist_init(kinds, cw, fpar, ipar, data, ck, d, lf, li, head, sc - t)
+    return n
+
+
+@kernel
+def _before(pos, dep, i, j):
+    """Strict tree order: smaller S, then smaller depth, then earlier pre-order index."""
+    if pos[i] != pos[j]:
+        return pos[i] < pos[j]
+    if dep[i] != dep[j]:
+        return dep[i] < dep[j]
+    return i < j
+
+
+@kernel
+def _select(order, hi, k, pos, dep):
+    """Rearrange order[:hi] so that order[:k] holds its k first nodes (quickselect)."""
+    lo = 0
+    hi -= 1
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        a, b, c = order[lo], order[mid], order[hi]
+        if _before(pos, dep, a, b):
+            if _before(pos, dep, b, c):
+                piv = b
+            elif _before(pos, dep, a, c):
+                piv = c
+            else:
+                piv = a
+        elif _before(pos, dep, a, c):
+            piv = a
+        elif _before(pos, dep, b, c):
+            piv = c
+        else:
+            piv = b
+        i, j = lo, hi
+        while i <= j:
+            while _before(pos, dep, order[i], piv):
+                i += 1
+            while _before(pos, dep, piv, order[j]):
+                j -= 1
+            if i <= j:
+                order[i], order[j] = order[j], order[i]
+                i += 1
+                j -= 1
+        if k - 1 <= j:
+            hi = j
+        elif k - 1 >= i:
+            lo = i
+        else:
+            return
+
+
+@kernel
+def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col):
+    """Per-budget accepted count, E[X | T] and depth of one iteration into column ``col``.
+
+    ``budgets`` is sorted ascending and its last entry is at most ``n``.
+    """
+    for i in range(n):
+        order[i] = i
+    m = budgets.shape[0]
+    hi = n
+    for b in range(m - 1, -1, -1):
+        _select(order, hi, budgets[b], pos, dep)
+        hi = budgets[b]
+    p_hi = 0
+    p_lo = 0
+    n_path = 0
+    max_dep = 0
+    start = 0
+    for b in range(m):
+        for j in range(start, budgets[b]):
+            v = order[j]
+            x = math.exp(-pos[v]) * _SCALE
+            h = math.floor(x)
+            p_hi += np.int64(h)
+            p_lo += np.int64(round((x - h) * _SCALE))
+            n_path += onpath[v]
+            if dep[v] > max_dep:
+                max_dep = dep[v]
+        start = budgets[b]
+        acc_out[b, col] = n_path
+        exp_out[b, col] = p_hi * _INV_SCALE + p_lo * (_INV_SCALE * _INV_SCALE)
+        dep_out[b, col] = max_dep
+
+
+@nb.njit(cache=True)
+def simulate_chunk(kinds, cw, fpar, ipar, data, head_cap, seed_key, it0, n_it, budgets,
+                   t_start, acc_out, exp_out, dep_out):
+    """Optimal trees of iterations it0 .. it0 + n_it - 1 into column i of the outputs.
+
+    The threshold is adapted between passes (it only changes the speed, never the
+    result). Returns (nodes visited by all passes, final threshold).
+    """
+    p_max = budgets[budgets.shape[0] - 1]
+    cap = 6 * p_max + 64
+    pos = np.empty(cap)
+    dep = np.empty(cap, np.int32)
+    onpath = np.empty(cap, np.int8)
+    order = np.empty(cap, np.int32)
+    n_levels = 256
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+    t = t_start
+    visited = 0
+    for col in range(n_it):
+        rkey = root_key(seed_key, it0 + col)
+        t_lo = -np.inf
+        t_hi = np.inf
+        while True:
+            n = _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
+                         keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+            if n == _TOO_DEEP:
+                n_levels *= 2
+                keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+                continue
+            if n == _ABORT:
+                visited += cap
+                t_hi = t
+                if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
+                    t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
+                else:                   # a huge tie at one position: widen the buffers
+                    if 2 * cap > MAX_NODES:
+                        return -1, t
+                    cap *= 2
+                    pos = np.empty(cap)
+                    dep = np.empty(cap, np.int32)
+                    onpath = np.empty(cap, np.int8)
+                    order = np.empty(cap, np.int32)
+                continue
+            visited += n
+            if n < p_max:
+                t_lo = t
+                if t_hi < np.inf:
+                    t = 0.5 * (t_lo + t_hi)
+                else:
+                    t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
+                continue
+            break
+        _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
+        if n > 2 * p_max:               # aim the next pass at about 1.5 P_max nodes
+            t -= 0.5 * math.log(n / (1.5 * p_max))
+    return visited, t

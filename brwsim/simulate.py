@@ -1,0 +1,191 @@
+"""``simulate``: optimal draft trees on a family, recorded into an xarray Dataset."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from brwsim.errors import UserError
+from brwsim.families.base import Family, Spec
+from brwsim.io import provenance_attrs
+from brwsim.kernels.tree import simulate_chunk
+
+__all__ = ["simulate", "validate_budgets", "seed_key", "run_iterations", "summarize"]
+
+_CHUNK = 256
+
+
+def validate_budgets(budgets: Any) -> np.ndarray:
+    """Budgets as a sorted array of distinct positive int64, or a :class:`UserError`."""
+    try:
+        arr = np.asarray(budgets, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise UserError(f"budgets must be positive integers, got {budgets!r}") from None
+    if arr.size == 0:
+        raise UserError("budgets must not be empty")
+    if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 1):
+        bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)) & (arr >= 1))][0]
+        raise UserError(f"budgets must be positive integers (P >= 1), got {bad:g}")
+    if arr.max() > 1 << 26:
+        raise UserError(f"budget {arr.max():g} exceeds the supported maximum 2**26")
+    return np.unique(arr.astype(np.int64))
+
+
+def seed_key(seed: int) -> np.uint64:
+    """64-bit root key of a seed (any non-negative int) through ``numpy.random.SeedSequence``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    return np.random.SeedSequence(int(seed)).generate_state(1, np.uint64)[0]
+
+
+def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
+                   t_start: float = math.nan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
+    """Iterations ``first .. first + count - 1`` of one family: the numba call, no checks.
+
+    Returns
+    -------
+    accepted, expected_accepted, depth : numpy.ndarray
+        Arrays of shape (len(budgets), count).
+    visited : int
+        Nodes visited by all threshold passes (the work done).
+    t_end : float
+        Final threshold, a good start for the next call.
+    """
+    m = budgets.size
+    acc = np.empty((m, count), np.int32)
+    exp = np.empty((m, count))
+    dep = np.empty((m, count), np.int32)
+    if not math.isfinite(t_start):
+        t_start = math.log(1.5 * budgets[-1]) + 1.0
+    visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                    spec.head_cap, key, first, count, budgets, t_start,
+                                    acc, exp, dep)
+    if visited < 0:
+        raise UserError("more than 2**28 nodes tie at one path probability; use a budget "
+                        "that ends on a full level of this lattice family")
+    return acc, exp, dep, int(visited), float(t_end)
+
+
+def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: int, seed: int = 0,
+             *, progress: bool = False, command: str = "") -> xr.Dataset:
+    """Optimal trees of every budget on ``iterations`` independent roots of ``family``.
+
+    One best-first (threshold) pass per iteration serves every budget: the optimal trees
+    are nested. Randomness is a function of (seed, iteration, node path), so the numbers
+    for a given (seed, iteration, budget) never depend on the other budgets, the
+    iteration order or how the work is split.
+
+    Parameters
+    ----------
+    family : Family
+        The next-token distribution family (e.g. ``Dirichlet(0.05, 200)``).
+    budgets : sequence of int
+        Draft budgets P (tree sizes, root excluded); stored sorted and distinct.
+    iterations : int
+        Number of independent trees.
+    seed : int, default 0
+        Root seed (any non-negative integer).
+    progress : bool, default False
+        Show a tqdm progress bar.
+    command : str, optional
+        Recorded in the ``history`` attribute.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``budget``, ``iteration``; variables ``accepted`` (sampled X),
+        ``expected_accepted`` (E[X | T_P] = sum of path probabilities over T_P),
+        ``depth`` (deepest node of T_P), ``mu``, ``mu2``, ``mu_se``, ``mu2_se``,
+        ``h2`` (E[H**2]) and ``paper_bound`` (per budget).
+    """
+    if not isinstance(family, Family):
+        raise UserError(f"family must be a brwsim family, got {family!r}")
+    b = validate_budgets(budgets)
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
+        raise UserError(f"iterations must be a positive integer, got {iterations!r}")
+    key = seed_key(seed)
+    spec = family.spec()
+    acc = np.empty((b.size, iterations), np.int32)
+    exp = np.empty((b.size, iterations))
+    dep = np.empty((b.size, iterations), np.int32)
+    t = math.nan
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
+    for first in range(0, iterations, _CHUNK):
+        count = min(_CHUNK, iterations - first)
+        a, e, d, _, t = run_iterations(spec, b, key, first, count, t)
+        acc[:, first:first + count] = a
+        exp[:, first:first + count] = e
+        dep[:, first:first + count] = d
+        if bar is not None:
+            bar.update(count)
+    if bar is not None:
+        bar.close()
+    config = {"family": repr(family), "budgets": b.tolist(), "iterations": int(iterations),
+              "seed": str(int(seed))}
+    return make_dataset(family, b, acc, exp, dep, config, int(seed), command)
+
+
+def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.ndarray,
+                 dep: np.ndarray, config: dict[str, Any], seed: int, command: str = "") -> xr.Dataset:
+    """Wrap per-iteration arrays, the family's moments and the paper's bound in a Dataset."""
+    from brwsim.theory import paper_bound
+
+    mom = family.moments()
+    n_it = acc.shape[1]
+    coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
+                                             "units": "1"}),
+              "iteration": ("iteration", np.arange(n_it), {"long_name": "independent tree index",
+                                                           "units": "1"})}
+    one = lambda v, name, units: xr.Variable((), v, {"long_name": name, "units": units})  # noqa: E731
+    data = {
+        "accepted": xr.Variable(("budget", "iteration"), acc, {
+            "long_name": "accepted draft tokens X (sampled target path inside the optimal tree)",
+            "units": "1"}),
+        "expected_accepted": xr.Variable(("budget", "iteration"), exp, {
+            "long_name": "E[X | T_P]: sum of path probabilities over the optimal tree", "units": "1"}),
+        "depth": xr.Variable(("budget", "iteration"), dep, {
+            "long_name": "depth of the deepest node of the optimal tree", "units": "1"}),
+        "mu": one(mom.mu, "mean entropy E[H(q)] (spine step mean)", "nat"),
+        "mu2": one(mom.mu2, "E[sum_i q_i (log q_i)^2] (spine step second moment)", "nat2"),
+        "mu_se": one(mom.mu_se, "standard error of mu (0 when exact)", "nat"),
+        "mu2_se": one(mom.mu2_se, "standard error of mu2 (0 when exact)", "nat2"),
+        "h2": one(mom.h2, "E[H(q)^2] (the other reading of the paper's second moment)", "nat2"),
+        "paper_bound": xr.Variable(("budget",), paper_bound(mom.mu, mom.mu2, budgets), {
+            "long_name": "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped",
+            "units": "1"}),
+    }
+    attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
+    attrs["family"] = repr(family)
+    attrs["moments_exact"] = int(mom.exact)
+    return xr.Dataset(data, coords, attrs)
+
+
+def summarize(ds: xr.Dataset) -> xr.Dataset:
+    """Per-budget means and standard errors of a simulate() Dataset.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``accepted_mean``, ``accepted_se``, ``expected_mean``, ``expected_se``,
+        ``tokens_per_call`` (mean X + 1), ``depth_mean`` over the ``iteration`` dim.
+    """
+    n = ds.sizes["iteration"]
+    root_n = math.sqrt(n)
+    se = lambda v: ds[v].std("iteration", ddof=1) / root_n if n > 1 else ds[v] * np.nan  # noqa: E731
+    out = xr.Dataset({
+        "accepted_mean": ds["accepted"].mean("iteration"),
+        "accepted_se": se("accepted"),
+        "expected_mean": ds["expected_accepted"].mean("iteration"),
+        "expected_se": se("expected_accepted"),
+        "depth_mean": ds["depth"].mean("iteration"),
+    })
+    out["tokens_per_call"] = out["accepted_mean"] + 1.0
+    return out
