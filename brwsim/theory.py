@@ -227,8 +227,9 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
     family : object
         A :class:`SpineSteps` (returned as is) or a family. Exact atoms for ``Uniform`` (``.k``),
         ``Fixed`` (``.probs``), ``Geometric`` (``.r``; atoms truncated where the remaining mass
-        drops below 1e-16) and ``Empirical`` (``.rows``, each row equally likely), recognised by
-        class name and attribute. Any other family needs ``sample_full(rng)``.
+        drops below 1e-16), ``Empirical`` (``.rows``, each row equally likely) and ``Zipf``
+        with ``spread == 0``, recognised by class name and attribute. Any other family needs
+        ``sample_full(rng)``.
     n : int
         Number of distributions to sample for a family without atoms (capped so that at most
         about 1e8 probabilities are drawn). The sampling error of the prediction scales as
@@ -266,6 +267,9 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
         count = max(1, math.ceil(math.log(1e-16) / math.log(r)))  # r**count < 1e-16
         i = np.arange(count)
         return SpineSteps.atoms(-math.log1p(-r) - i * math.log(r), (1 - r) * r**i)
+    if name == "Zipf" and getattr(family, "spread", None) == 0:  # the same q everywhere
+        q = np.asarray(family.sample_full(np.random.default_rng(seed)), dtype=float)
+        return SpineSteps.atoms(-np.log(q[q > 0]), q[q > 0])
     if name == "Empirical" and hasattr(family, "rows"):
         rows = np.asarray(family.rows, dtype=float)
         if rows.ndim != 2 or rows.shape[0] == 0:
@@ -548,5 +552,7 @@ def prediction(
         return _numerical(steps, P.ravel(), h).reshape(P.shape)
     moments = None
     if not steps.exact and hasattr(family, "moments"):
-        moments = family.moments()  # exact mu, mu2 beat the sampled ones
+        moments = family.moments()  # closed-form mu, mu2 beat the sampled ones
+        if not getattr(moments, "exact", True):
+            moments = None
     return _asymptotic(steps, P.ravel(), moments).reshape(P.shape)

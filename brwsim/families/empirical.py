@@ -29,7 +29,13 @@ def validate_rows(rows: Any, what: str = "bank") -> np.ndarray:
     brwsim.errors.UserError
         On NaN, negative entries, a row summing above 1, or a degenerate bank.
     """
-    q = np.asarray(rows, dtype=np.float64)
+    if isinstance(rows, (list, tuple)) and rows and all(isinstance(r, (list, tuple, np.ndarray)) for r in rows):
+        width = max(len(r) for r in rows)          # ragged rows: zero padded
+        rows = [list(r) + [0.0] * (width - len(r)) for r in rows]
+    try:
+        q = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise UserError(f"{what} must be a 2-D array of probabilities (rows x k)") from None
     if q.ndim == 1:
         q = q[None, :]
     if q.ndim != 2 or q.size == 0:

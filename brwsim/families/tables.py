@@ -94,7 +94,7 @@ def orderstat_table(law: str, param: float, beta: float) -> np.ndarray:
     return np.concatenate([_spline_coef(x, y).ravel() for y in (beta * log_w, m1, m2)])
 
 
-def zipf_norm_table(s_lo: float, s_hi: float, vocab: int, n_int: int = 64) -> np.ndarray:
+def zipf_norm_table(s_lo: float, s_hi: float, vocab: int, n_int: int = 1024) -> np.ndarray:
     """Spline of log sum_{i<=vocab} i**-s over s in [s_lo, s_hi] (relative error < 1e-12).
 
     A zero-width range gives one constant interval.

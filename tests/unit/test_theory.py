@@ -24,7 +24,7 @@ from brwsim.theory import (
 )
 
 
-# --------------------------------------------------------------------------- stand-in families
+# --- stand-in families
 class Uniform:
     def __init__(self, k):
         self.k = k
@@ -74,7 +74,7 @@ def exponential_steps(mu, dx=1e-3, xmax=40.0):
     return SpineSteps(edges[:-1] + dx / 2, np.diff(-np.expm1(-edges / mu)), exact=False)
 
 
-# --------------------------------------------------------------------------- brute force
+# --- brute force
 def best_first(draw, budgets, n_iter, rng):
     """E[X | T_P] per iteration and budget, by a heapq best-first search of the top P nodes.
 
@@ -118,7 +118,7 @@ def rows_draw(rows):
     return lambda rng, n: rows[rng.integers(0, len(rows), size=n)]
 
 
-# --------------------------------------------------------------------------- the paper's bound
+# --- the paper's bound
 def test_paper_bound_by_hand():
     assert paper_bound(1.0, 2.0, math.e**2) == pytest.approx(6.0)
     assert paper_bound(0.5, 0.5, 1) == 0.0
@@ -146,7 +146,7 @@ def test_paper_bound_rejects_bad_input(mu, mu2, P):
         paper_bound(mu, mu2, P)
 
 
-# --------------------------------------------------------------------------- spine steps
+# --- spine steps
 def test_exact_atoms_of_parametric_families():
     u = spine_steps(Uniform(5))
     assert u.values.tolist() == [
@@ -231,7 +231,7 @@ def test_malthusian_parameter():
         spine_steps(Fixed([0.9])).malthusian()  # a path: one child per node
 
 
-# --------------------------------------------------------------------------- renewal functions
+# --- renewal functions
 def test_exponential_renewal_functions():
     """Exp(mean mu) steps: U(t) = t / mu (n >= 1), M(t) = (e^t - 1) / mu, E[X] = log(1 + mu P)/mu."""
     mu = 0.5
@@ -320,7 +320,7 @@ def test_prediction_rejects_bad_method():
         prediction(Uniform(2), [4], method="exact")
 
 
-# --------------------------------------------------------------------------- Monte Carlo
+# --- Monte Carlo
 BUDGETS = np.array([1, 4, 16, 64, 128, 256])
 ROWS = [[0.9, 0.1, 0, 0], [0.4, 0.3, 0.2, 0.1], [0.5, 0.5, 0, 0]]
 SUB_ROWS = [[0.8, 0.1, 0, 0], [0.4, 0.3, 0.2, 0.1], [0.5, 0.45, 0, 0]]

@@ -1,0 +1,70 @@
+"""The environment as a function: any node's distribution, from (seed, iteration, path).
+
+Every random number brwsim uses is a hash of (seed, iteration, node path, purpose), so a
+node's next-token distribution can be read off directly, without building a tree. This
+is how tests check the tree kernels against brute force, and how users inspect what a
+family puts at a given node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numba as nb
+import numpy as np
+
+from brwsim.families.base import Family, Spec
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I, dist_init, dist_next
+from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
+from brwsim.simulate import seed_key
+
+__all__ = ["node_key", "node_logprobs", "path_uniform"]
+
+
+@nb.njit(cache=True)
+def _node_head(kinds, cw, fpar, ipar, data, head_cap, key, k, out):
+    lf = np.empty((1, LEVEL_F))
+    li = np.empty((1, LEVEL_I), np.int64)
+    head = np.empty((1, max(head_cap, 1)))
+    dist_init(kinds, cw, fpar, ipar, data, key, 0, lf, li, head, -np.inf)
+    for r in range(k):
+        out[r] = dist_next(fpar, ipar, data, key, 0, lf, li, head)
+
+
+def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
+    """64-bit key of the node reached from the root of ``iteration`` by ranks ``path``."""
+    key = np.uint64(root_key(seed_key(seed), np.uint64(iteration)))
+    for r in path:
+        key = np.uint64(child_key(key, np.uint64(r)))
+    return int(key)
+
+
+def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequence[int] = (),
+                  k: int = 16) -> np.ndarray:
+    """Log-probabilities of ranks 0..k-1 at a node (``-inf`` past the vocabulary).
+
+    Parameters
+    ----------
+    family : Family or Spec
+        The family (or its compiled spec, to avoid recompiling tables in loops).
+    seed, iteration : int
+        As in :func:`brwsim.simulate`.
+    path : sequence of int
+        Ranks from the root (empty: the root itself).
+    k : int
+        Number of leading ranks.
+    """
+    spec = family.spec() if isinstance(family, Family) else family
+    out = np.empty(k)
+    _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.head_cap,
+               np.uint64(node_key(seed, iteration, path)), k, out)
+    return out
+
+
+def path_uniform(seed: int, iteration: int, path: Sequence[int] = ()) -> float:
+    """The uniform in (0, 1] with which the target samples its token at a node.
+
+    The sampled child has rank r iff cum_{r-1} < U <= cum_r (cumulative probabilities).
+    """
+    key = np.uint64(purpose_key(np.uint64(node_key(seed, iteration, path)), PATH))
+    return float(unit(key, 0))

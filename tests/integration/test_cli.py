@@ -1,0 +1,66 @@
+"""The ``brwsim`` command line, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import xarray as xr
+
+from brwsim.cli import main, parse_budgets
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "brwsim.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+def test_run_writes_dataset_and_prints_table(tmp_path):
+    out = tmp_path / "run.nc"
+    r = run_cli("run", "--family", "dirichlet(alpha=0.05, vocab=200)", "--budgets", "1,4,16,64",
+                "--iterations", "500", "--seed", "0", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "tau=X+1" in r.stdout and "paper bound" in r.stdout
+    ds = xr.open_dataset(out)
+    assert list(ds.budget.values) == [1, 4, 16, 64]
+    assert ds.sizes["iteration"] == 500
+    for v in ds.variables.values():
+        assert "long_name" in v.attrs and "units" in v.attrs
+    cfg = json.loads(ds.attrs["config_json"])
+    assert cfg["family"] == "dirichlet(alpha=0.05, vocab=200)" and ds.attrs["seed_entropy"] == "0"
+    for key in ("Conventions", "source", "history", "numpy_version", "numba_version", "python_version"):
+        assert ds.attrs[key]
+    ds.close()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--family", "dirichlet(alpha=-1, vocab=200)"], "alpha"),
+    (["--budgets", "0,4"], "P >= 1"),
+    (["--budgets", "4,x"], "not an integer"),
+    (["--iterations", "0"], "iterations"),
+    (["--family", "zipf(s=1.5"], "cannot parse"),
+    (["--family", "empirical(path=/nonexistent/bank.nc)"], "no such file|bank"),
+])
+def test_bad_input_one_line_exit_2_no_file(tmp_path, args, needle, capsys):
+    out = tmp_path / "bad.nc"
+    code = main(["run", *args, "--iterations", "10", "--out", str(out)] if "--iterations" not in args
+                else ["run", *args, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("brwsim: error:")
+    assert __import__("re").search(needle, err), err
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_parse_budgets_forms():
+    assert parse_budgets("1..16") == [1, 2, 4, 8, 16]
+    assert parse_budgets("1-4,64") == [1, 2, 3, 4, 64]
+
+
+def test_default_run_is_quick_enough_to_smoke(tmp_path):
+    """`brwsim run` with no arguments: the default family and budgets (fewer iterations here)."""
+    r = run_cli("run", "--iterations", "50", "--out", str(tmp_path / "d.nc"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "4096" in r.stdout

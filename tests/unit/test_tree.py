@@ -1,0 +1,107 @@
+"""The optimal-tree kernel against exact answers, brute force and the heapq reference."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from brwsim import Dirichlet, Fixed, Uniform, simulate
+from brwsim.environment import node_logprobs, path_uniform
+from brwsim.reference import best_first, env_provider
+
+BUDGETS = [1, 3, 10, 50, 200]
+
+
+@pytest.mark.parametrize("k,levels", [(2, 3), (2, 6), (3, 4), (5, 2)])
+def test_uniform_full_levels_exact(k, levels):
+    """k + k^2 + ... + k^d nodes: E[X | T] = d and X = d on every iteration."""
+    p = sum(k ** i for i in range(1, levels + 1))
+    ds = simulate(Uniform(k), [p], 40, seed=7)
+    np.testing.assert_allclose(ds.expected_accepted.values, levels, rtol=0, atol=1e-12)
+    assert np.all(ds.accepted.values == levels)
+    assert np.all(ds.depth.values == levels)
+
+
+def test_uniform_issue_example():
+    ds = simulate(Uniform(2), [14], 100, seed=0)
+    np.testing.assert_allclose(ds.expected_accepted.values, 3.0, rtol=0, atol=1e-12)
+
+
+def test_uniform_partial_level():
+    """A partial level adds (extra nodes) * k^-(d+1): ties broken without changing E[X | T]."""
+    ds = simulate(Uniform(2), [14 + 5], 10, seed=1)
+    assert np.allclose(ds.expected_accepted.values, 3 + 5 / 16, atol=1e-15)
+    assert np.all(ds.depth.values == 4)
+
+
+def test_matches_heapq_reference(family):
+    """Same environment, same tree: E[X | T] to 1e-12, X and depth exactly."""
+    seed = 3
+    ds = simulate(family, BUDGETS, 4, seed=seed)
+    for it in range(4):
+        e, a, d = best_first(env_provider(family, seed, it, k=256), BUDGETS,
+                             lambda p, it=it: path_uniform(seed, it, p))
+        np.testing.assert_allclose(ds.expected_accepted.values[:, it], e, rtol=0, atol=1e-12)
+        assert list(ds.accepted.values[:, it]) == a
+        assert list(ds.depth.values[:, it]) == d
+
+
+def _all_trees(size: int, width: int):
+    """Every prefix-closed set of ``size`` non-root nodes of the ``width``-ary tree."""
+    def extend(tree: frozenset):
+        frontier = {(r,) for r in range(width)} | {v + (r,) for v in tree for r in range(width)}
+        return {tree | {v} for v in frontier - tree}
+
+    level = {frozenset()}
+    for _ in range(size):
+        level = set().union(*(extend(t) for t in level))
+    return level
+
+
+def _path_prob(lq_of, path):
+    return math.exp(sum(lq_of(path[:i])[path[i]] for i in range(len(path))))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+def test_brute_force_optimal_fixed(size):
+    fam = Fixed([0.5, 0.3, 0.15])
+    lq = np.log(fam.probs)
+    best = max(sum(_path_prob(lambda _p: lq, v) for v in t) for t in _all_trees(size, 3))
+    ds = simulate(fam, [size], 1, seed=0)
+    assert ds.expected_accepted.values[0, 0] == pytest.approx(best, abs=1e-12)
+
+
+@pytest.mark.parametrize("iteration", range(4))
+def test_brute_force_optimal_random_environment(iteration):
+    """On a random Dirichlet environment, no prefix-closed tree of size 5 beats the kernel."""
+    fam = Dirichlet(0.5, 3)
+    spec = fam.spec()
+    cache = {}
+
+    def lq_of(path):
+        if path not in cache:
+            cache[path] = node_logprobs(spec, 11, iteration, path, 3)
+        return cache[path]
+
+    best = max(sum(_path_prob(lq_of, v) for v in t) for t in _all_trees(5, 3))
+    ds = simulate(fam, [5], iteration + 1, seed=11)
+    assert ds.expected_accepted.values[0, iteration] == pytest.approx(best, abs=1e-12)
+
+
+def test_negative_control_brute_force_detects_a_suboptimal_tree():
+    """A chain is a valid tree but not optimal here: the check above can fail."""
+    lq = np.log(Fixed([0.5, 0.3, 0.15]).probs)
+    chain = sum(_path_prob(lambda _p: lq, (0,) * d) for d in range(1, 5))
+    ds = simulate(Fixed([0.5, 0.3, 0.15]), [4], 1, seed=0)
+    assert ds.expected_accepted.values[0, 0] > chain + 0.1
+
+
+def test_nested_trees_monotone(family):
+    ds = simulate(family, BUDGETS, 20, seed=5)
+    assert np.all(np.diff(ds.expected_accepted.values, axis=0) > 0)
+    assert np.all(np.diff(ds.accepted.values, axis=0) >= 0)
+    assert np.all(ds.accepted.values <= ds.depth.values)
+    assert np.all(ds.expected_accepted.values <= ds.budget.values[:, None])
