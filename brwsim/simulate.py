@@ -139,6 +139,7 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     from brwsim.theory import paper_bound
 
     mom = family.moments()
+    pred_num, pred_asy = predictions(family, budgets)
     n_it = acc.shape[1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
                                              "units": "1"}),
@@ -161,11 +162,33 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
         "paper_bound": xr.Variable(("budget",), paper_bound(mom.mu, mom.mu2, budgets), {
             "long_name": "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped",
             "units": "1"}),
+        "prediction": xr.Variable(("budget",), pred_num, {
+            "long_name": "renewal-theory prediction of E[X] (numerical renewal equation)",
+            "units": "1"}),
+        "prediction_asymptotic": xr.Variable(("budget",), pred_asy, {
+            "long_name": "key-renewal-theorem asymptotic of E[X] (NaN on lattices)", "units": "1"}),
     }
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
     attrs["family"] = repr(family)
     attrs["moments_exact"] = int(mom.exact)
     return xr.Dataset(data, coords, attrs)
+
+
+def predictions(family: Family, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Numerical and asymptotic renewal predictions of E[X] (NaN where they do not apply).
+
+    See :func:`brwsim.theory.prediction`; the asymptotic is undefined on lattice families.
+    """
+    from brwsim.theory import prediction, spine_steps
+
+    steps = spine_steps(family)
+    out = []
+    for method in ("numerical", "asymptotic"):
+        try:
+            out.append(np.asarray(prediction(steps, budgets, method=method), dtype=np.float64))
+        except UserError:
+            out.append(np.full(budgets.shape, np.nan))
+    return out[0], out[1]
 
 
 def summarize(ds: xr.Dataset) -> xr.Dataset:

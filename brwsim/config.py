@@ -1,0 +1,501 @@
+"""Sweep configurations: TOML files validated up front into a :class:`SweepConfig`.
+
+Format (natural logarithms everywhere; see ``docs/sweeps.md``)::
+
+    [sweep]
+    seed = 0                      # non-negative integer (or a decimal string for > 63 bits)
+    iterations = 20000            # independent trees per parameter point
+    chunk = 1000                  # iterations per task (default 1000); never the worker count
+    budgets = [1, 4, 16, 64]      # or a string: "1..4096" (powers of two), "1-64", "1,4,16"
+    prediction = "numerical"      # renewal-theory prediction: "numerical", "asymptotic", "none"
+    title = "my sweep"            # optional
+
+    [[sweep.family]]              # one block per family kind; each becomes a netCDF group
+    name = "dirichlet"
+    alpha = [0.01, 0.05, 0.2]     # a list makes a grid dimension
+    vocab = 1000
+
+    [[sweep.family]]              # nested families are family strings
+    name = "tempered"
+    family = "zipf(s=1.2, vocab=1000)"
+    T = [0.5, 1.0, 2.0]
+
+    [[sweep.family]]              # or whole families as strings: one grid dimension "family"
+    family = ["zipf(s=1.1, vocab=32000)", "peaked(a=4, b=0.5, s=1.1, vocab=32000)"]
+    label = "llm_like"            # optional group name (default: the family name)
+
+**Grid rule.** A TOML list given for a *scalar* parameter is a grid dimension named after
+the parameter (its elements must be numbers or strings, distinct); the points of a block
+are the Cartesian product of its grid dimensions in the order the keys appear (row-major).
+Parameters that are lists by nature (:data:`LIST_PARAMS`: ``fixed.probs``,
+``mixture.families``, ``mixture.weights``, ``entropytarget.entropies``, ``empirical.bank``)
+take the list as their value and are never swept: use one block per value instead.
+
+Every family of every point is built while loading, so unknown keys, wrong types and
+invalid values are reported as a :class:`~brwsim.errors.UserError` naming the key path
+(``sweep.family[1].alpha[2]: must be a finite number > 0, got -1``) before any work starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.families import FAMILIES, Family, parse_family
+
+__all__ = ["SweepConfig", "Block", "Point", "load_config", "LIST_PARAMS", "FAMILY_PARAMS",
+           "PREDICTION_METHODS", "CONFIG_FORMAT"]
+
+#: Version of the normalised configuration (part of the hash).
+CONFIG_FORMAT = 1
+#: Parameters whose value is a list by nature: a list there is the value, never a grid.
+LIST_PARAMS: dict[str, frozenset[str]] = {
+    "fixed": frozenset({"probs"}),
+    "mixture": frozenset({"families", "weights"}),
+    "entropytarget": frozenset({"entropies"}),
+    "empirical": frozenset({"bank"}),
+}
+#: Parameters that take a family (strings are parsed with :func:`brwsim.parse_family`).
+FAMILY_PARAMS: dict[str, frozenset[str]] = {
+    "tempered": frozenset({"family"}),
+    "mixture": frozenset({"families"}),
+}
+PREDICTION_METHODS = ("numerical", "asymptotic", "none")
+DEFAULT_CHUNK = 1000
+
+_SWEEP_KEYS = ("seed", "iterations", "chunk", "budgets", "prediction", "title", "family")
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LEADING_NAME = re.compile(r"(\w+) (.*)\Z", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ``[[sweep.family]]`` table: a family kind and its grid of parameter points.
+
+    Attributes
+    ----------
+    index : int
+        Position of the block in the file (``sweep.family[index]``).
+    label : str
+        Name of the block's netCDF group.
+    name : str
+        Family name (``FAMILIES`` key), or ``""`` for a block of family strings.
+    fixed : dict
+        Parameters with one value (normalised, JSON-serialisable).
+    grid : dict of str to list
+        Swept parameters and their values, in file order (the dimension order).
+    families : tuple of Family
+        The family of every point of the block, row-major over ``grid``.
+    first_point : int
+        Global index of the block's first point.
+    """
+
+    index: int
+    label: str
+    name: str
+    fixed: dict[str, Any]
+    grid: dict[str, list[Any]]
+    families: tuple[Family, ...]
+    first_point: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Grid shape (one entry per swept parameter; ``()`` for a single point)."""
+        return tuple(len(v) for v in self.grid.values())
+
+    @property
+    def n_points(self) -> int:
+        """Number of parameter points of the block."""
+        return len(self.families)
+
+    def grid_values(self, local: int) -> dict[str, Any]:
+        """Swept parameter values of the block's point ``local`` (row-major index)."""
+        idx = np.unravel_index(local, self.shape) if self.grid else ()
+        return {k: v[i] for (k, v), i in zip(self.grid.items(), idx)}
+
+    def describe(self) -> str:
+        """The block's family name (or ``family``) with its fixed parameters."""
+        fixed = ", ".join(f"{k}={_short(v)}" for k, v in self.fixed.items())
+        return f"{self.name or 'family'}({fixed})"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One parameter point: a family, its block and its global index."""
+
+    index: int
+    block: Block
+    local: int
+    family: Family
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep configuration.
+
+    Attributes
+    ----------
+    seed : int
+        Root seed (non-negative).
+    iterations, chunk : int
+        Trees per point and iterations per task.
+    budgets : numpy.ndarray
+        Sorted distinct budgets (int64).
+    prediction : str
+        ``"numerical"``, ``"asymptotic"`` or ``"none"``.
+    title : str
+        Title of the merged dataset.
+    blocks : tuple of Block
+    normalized : dict
+        The configuration as JSON-serialisable data (stored in the outputs).
+    hash : str
+        SHA-256 (hex) of the canonical JSON of ``normalized``.
+    """
+
+    seed: int
+    iterations: int
+    chunk: int
+    budgets: np.ndarray
+    prediction: str
+    title: str
+    blocks: tuple[Block, ...]
+    normalized: dict[str, Any]
+    hash: str
+
+    @property
+    def n_points(self) -> int:
+        """Total number of parameter points."""
+        return sum(b.n_points for b in self.blocks)
+
+    @property
+    def n_chunks(self) -> int:
+        """Tasks (chunks of iterations) per point."""
+        return -(-self.iterations // self.chunk)
+
+    def chunks(self) -> list[tuple[int, int, int]]:
+        """``(chunk index, first iteration, count)`` of every chunk of a point."""
+        return [(c, c * self.chunk, min(self.chunk, self.iterations - c * self.chunk))
+                for c in range(self.n_chunks)]
+
+    def points(self) -> Iterator[Point]:
+        """Every point, block by block, row-major within a block."""
+        for block in self.blocks:
+            for local, fam in enumerate(block.families):
+                yield Point(block.first_point + local, block, local, fam)
+
+    def point_key(self, point: int) -> np.uint64:
+        """64-bit root key of a point: ``SeedSequence(seed, spawn_key=(point,))``."""
+        ss = np.random.SeedSequence(self.seed, spawn_key=(int(point),))
+        return ss.generate_state(1, np.uint64)[0]
+
+
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | SweepConfig) -> SweepConfig:
+    """Read and validate a sweep configuration.
+
+    Parameters
+    ----------
+    source : path-like, mapping or SweepConfig
+        A TOML file, the mapping ``tomllib`` would return for one (``{"sweep": {...}}``),
+        or an already validated configuration (returned unchanged).
+
+    Returns
+    -------
+    SweepConfig
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        For a missing or malformed file and for any unknown key, wrong type or invalid
+        value, naming its key path.
+    """
+    if isinstance(source, SweepConfig):
+        return source
+    if isinstance(source, Mapping):
+        return _from_mapping(source)
+    path = Path(source)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such configuration file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: invalid TOML: {exc}") from None
+    try:
+        return _from_mapping(data)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
+    for key in data:
+        if key != "sweep":
+            raise UserError(f"{key}: unknown key (the configuration is one [sweep] table)")
+    sweep = data.get("sweep")
+    if not isinstance(sweep, Mapping):
+        raise UserError("sweep: missing [sweep] table")
+    for key in sweep:
+        if key not in _SWEEP_KEYS:
+            raise UserError(f"sweep.{key}: unknown key; known: {', '.join(_SWEEP_KEYS)}")
+    seed = _seed(sweep.get("seed", 0))
+    iterations = _positive_int("sweep.iterations", _required(sweep, "iterations"))
+    chunk = min(_positive_int("sweep.chunk", sweep.get("chunk", DEFAULT_CHUNK)), iterations)
+    budgets = _budgets(_required(sweep, "budgets"))
+    method = sweep.get("prediction", "numerical")
+    if method not in PREDICTION_METHODS:
+        raise UserError(f"sweep.prediction: must be one of {', '.join(PREDICTION_METHODS)}, got {method!r}")
+    title = sweep.get("title", "")
+    if not isinstance(title, str):
+        raise UserError(f"sweep.title: must be a string, got {title!r}")
+    blocks = _blocks(_required(sweep, "family"))
+    normalized = {
+        "format": CONFIG_FORMAT, "seed": str(seed), "iterations": iterations, "chunk": chunk,
+        "budgets": budgets.tolist(), "prediction": method, "title": title,
+        "family": [{"label": b.label, "name": b.name, "fixed": b.fixed, "grid": b.grid}
+                   for b in blocks],
+    }
+    digest = hashlib.sha256(json.dumps(normalized, sort_keys=True).encode()).hexdigest()
+    return SweepConfig(seed, iterations, chunk, budgets, method,
+                       title or f"brwsim sweep over {sum(b.n_points for b in blocks)} points",
+                       blocks, normalized, digest)
+
+
+def _required(sweep: Mapping[str, Any], key: str) -> Any:
+    if key not in sweep:
+        raise UserError(f"sweep.{key}: missing (required)")
+    return sweep[key]
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"sweep.seed: must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _positive_int(path: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{path}: must be a positive integer, got {value!r}")
+    return value
+
+
+def _budgets(value: Any) -> np.ndarray:
+    from brwsim.cli import parse_budgets
+    from brwsim.simulate import validate_budgets
+
+    if isinstance(value, str):
+        try:
+            value = parse_budgets(value)
+        except UserError as exc:
+            raise UserError(f"sweep.budgets: {_unprefixed('budgets', str(exc))}") from None
+    if not isinstance(value, list):
+        raise UserError(f"sweep.budgets: must be a list of positive integers or a string like "
+                        f"'1..4096', got {value!r}")
+    for i, b in enumerate(value):
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise UserError(f"sweep.budgets[{i}]: must be a positive integer, got {b!r}")
+    try:
+        return validate_budgets(value)
+    except UserError as exc:
+        raise UserError(f"sweep.budgets: {_unprefixed('budgets', str(exc))}") from None
+
+
+def _blocks(value: Any) -> tuple[Block, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(b, Mapping) for b in value):
+        raise UserError("sweep.family: must be one or more [[sweep.family]] tables")
+    blocks: list[Block] = []
+    first = 0
+    used: set[str] = set()
+    for i, table in enumerate(value):
+        block = _block(i, table, first, used)
+        used.add(block.label)
+        blocks.append(block)
+        first += block.n_points
+    return tuple(blocks)
+
+
+def _block(i: int, table: Mapping[str, Any], first: int, used: set[str]) -> Block:
+    where = f"sweep.family[{i}]"
+    label = table.get("label")
+    if "name" in table:
+        name, params = _family_name(where, table["name"]), {k: v for k, v in table.items()
+                                                            if k not in ("name", "label")}
+        fixed, grid = _split_params(where, name, params)
+    else:
+        name = ""
+        extra = [k for k in table if k not in ("family", "label")]
+        if extra or "family" not in table:
+            bad = extra[0] if extra else None
+            raise UserError(f"{where}{'.' + bad if bad else ''}: a block needs 'name' (a family name "
+                            "and its parameters) or only 'family' (family strings)")
+        fixed, grid = _family_strings(where, table["family"])
+    label = _label(where, label, name or "family", used)
+    families = tuple(_build_points(where, name, fixed, grid))
+    return Block(i, label, name, fixed, grid, families, first)
+
+
+def _family_name(where: str, name: Any) -> str:
+    if not isinstance(name, str) or name.lower() not in FAMILIES:
+        raise UserError(f"{where}.name: unknown family {name!r}; known: {', '.join(sorted(FAMILIES))}")
+    return name.lower()
+
+
+def _label(where: str, label: Any, default: str, used: set[str]) -> str:
+    if label is None:
+        label, k = default, 2
+        while label in used:
+            label, k = f"{default}_{k}", k + 1
+        return label
+    if not isinstance(label, str) or not _LABEL.match(label):
+        raise UserError(f"{where}.label: must be an identifier (letters, digits, _), got {label!r}")
+    if label in used:
+        raise UserError(f"{where}.label: {label!r} is already the label of another block")
+    return label
+
+
+def _split_params(where: str, name: str, params: Mapping[str, Any]) -> tuple[dict, dict]:
+    allowed = list(inspect.signature(FAMILIES[name]).parameters)
+    fixed: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    for key, value in params.items():
+        path = f"{where}.{key}"
+        if key not in allowed:
+            raise UserError(f"{path}: unknown key; {name} takes {', '.join(allowed)}")
+        if key in LIST_PARAMS.get(name, ()):
+            fixed[key] = _list_value(path, name, key, value)
+        elif isinstance(value, list):
+            grid[key] = _grid_values(path, name, key, value)
+        else:
+            fixed[key] = _scalar(path, name, key, value)
+    return fixed, grid
+
+
+def _family_strings(where: str, value: Any) -> tuple[dict, dict]:
+    path = f"{where}.family"
+    if isinstance(value, list):
+        return {}, {"family": _grid_values(path, "", "family", value)}
+    if not isinstance(value, str):
+        raise UserError(f"{path}: must be a family string or a list of them, got {value!r}")
+    return {"family": _parse(path, value)}, {}
+
+
+def _scalar(path: str, name: str, key: str, value: Any) -> Any:
+    if isinstance(value, bool):
+        raise UserError(f"{path}: must be a number or a string, got a boolean")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{path}: must be finite, got {value!r}")
+    if isinstance(value, str):
+        return _parse(path, value) if key in FAMILY_PARAMS.get(name, ()) or not name else value
+    if not isinstance(value, (int, float)):
+        raise UserError(f"{path}: must be a number or a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _grid_values(path: str, name: str, key: str, values: list[Any]) -> list[Any]:
+    if not values:
+        raise UserError(f"{path}: empty list (a list makes a grid dimension: give at least one value)")
+    out: list[Any] = []
+    for j, v in enumerate(values):
+        if isinstance(v, (list, dict)):
+            raise UserError(f"{path}[{j}]: a grid value must be a number or a string, got {v!r} "
+                            f"({key} is not a list parameter)")
+        out.append(_scalar(f"{path}[{j}]", name, key, v))
+        if out[-1] in out[:-1]:
+            raise UserError(f"{path}[{j}]: duplicate grid value {v!r}")
+    kinds = {isinstance(v, str) for v in out}
+    if len(kinds) > 1:
+        raise UserError(f"{path}: a grid mixes numbers and strings")
+    return out
+
+
+def _list_value(path: str, name: str, key: str, value: Any) -> Any:
+    if key in FAMILY_PARAMS.get(name, ()):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UserError(f"{path}: must be a list of family strings, got {value!r}")
+        return [_parse(f"{path}[{j}]", v) for j, v in enumerate(value)]
+    if not isinstance(value, list):
+        raise UserError(f"{path}: must be a list ({name}.{key} is a list parameter), got {value!r}")
+    return value
+
+
+def _parse(path: str, text: str) -> str:
+    """The canonical string form of a family string (validated by building it)."""
+    try:
+        return repr(parse_family(text))
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _build_points(where: str, name: str, fixed: dict[str, Any],
+                  grid: dict[str, list[Any]]) -> Iterator[Family]:
+    keys = list(grid)
+    for combo in itertools.product(*grid.values()):
+        kwargs = {**fixed, **dict(zip(keys, combo))}
+        try:
+            yield _build(name, kwargs)
+        except (UserError, TypeError, ValueError) as exc:
+            raise _point_error(where, name, fixed, grid, kwargs, exc) from None
+
+
+def _build(name: str, kwargs: dict[str, Any]) -> Family:
+    if not name:
+        return parse_family(kwargs["family"])
+    cls = FAMILIES[name]
+    sig = inspect.signature(cls)
+    args = {k: _materialise(name, k, v) for k, v in kwargs.items()}
+    try:
+        sig.bind(**args)
+    except TypeError as exc:
+        raise UserError(f"{name} takes {', '.join(sig.parameters)}: {exc}") from None
+    return cls(**args)
+
+
+def _materialise(name: str, key: str, value: Any) -> Any:
+    """Family strings of family parameters become families; everything else is as given."""
+    if key not in FAMILY_PARAMS.get(name, ()):
+        return value
+    if isinstance(value, list):
+        return [parse_family(v) for v in value]
+    return parse_family(value)
+
+
+def _point_error(where: str, name: str, fixed: dict, grid: dict, kwargs: dict,
+                 exc: Exception) -> UserError:
+    """Name the key (and grid index) an error of a family constructor is about."""
+    msg = str(exc)
+    m = _LEADING_NAME.match(msg)
+    if m and m.group(1) in grid:
+        key = m.group(1)
+        return UserError(f"{where}.{key}[{grid[key].index(kwargs[key])}]: {m.group(2)}")
+    if m and m.group(1) in fixed:
+        return UserError(f"{where}.{m.group(1)}: {m.group(2)}")
+    at = ", ".join(f"{k}={_short(kwargs[k])}" for k in grid)
+    return UserError(f"{where}: {msg}" + (f" (at {at})" if at else ""))
+
+
+def _unprefixed(name: str, msg: str) -> str:
+    """``msg`` without a leading ``name`` (``"budgets: x"``, ``"budgets must ..."`` -> ``"must ..."``)."""
+    for lead in (f"{name}: ", f"{name} "):
+        if msg.startswith(lead):
+            return msg[len(lead):]
+    return msg
+
+
+def _short(v: Any) -> str:
+    text = repr(v) if isinstance(v, (str, list)) else f"{v:g}" if isinstance(v, float) else str(v)
+    return text if len(text) <= 40 else text[:37] + "..."

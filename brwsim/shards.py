@@ -1,0 +1,257 @@
+"""Sweep tasks and their shards: what a worker runs and the file it leaves behind.
+
+A task is keyed by ``(point, chunk)``: a chunk of iterations of one parameter point
+(:class:`ChunkTask`), or the point's theory (:class:`TheoryTask`: moments, the paper's
+bound, the renewal prediction; chunk ``-1``). A worker runs the task and writes one shard,
+``shards/p<point>_c<chunk>.nc`` or ``shards/p<point>_theory.nc``, atomically through
+:func:`brwsim.io.write_netcdf_atomic`. Shards carry the configuration hash, their key and
+their shape in attributes and Fletcher-32 checksums on every variable, so
+:func:`read_shard` can tell a complete shard of this sweep from a corrupt, partial or
+foreign one.
+
+Chunk shards hold exact sufficient statistics per budget (sums and sums of squares, each
+summed with :func:`math.fsum`, and the histogram of X), plus the raw per-iteration arrays
+unless the sweep is summary-only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from brwsim.families.base import Family, Spec
+from brwsim.io import write_netcdf_atomic
+from brwsim.simulate import run_iterations
+
+__all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
+           "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "THEORY_VARS"]
+
+SHARD_FORMAT = 1
+THEORY_CHUNK = -1
+RAW_VARS = ("accepted", "expected_accepted", "depth")
+#: Per-budget sums in chunk shards: (name, source raw variable, squared?)
+SUM_VARS = (("accepted_sum", "accepted", False), ("accepted_sumsq", "accepted", True),
+            ("expected_sum", "expected_accepted", False), ("expected_sumsq", "expected_accepted", True),
+            ("depth_sum", "depth", False))
+THEORY_VARS = ("mu", "mu2", "mu_se", "mu2_se", "h2")
+_CHECKSUM = {"fletcher32": True}
+
+
+def shard_name(point: int, chunk: int) -> str:
+    """File name of the shard of task ``(point, chunk)`` (chunk -1: the theory shard)."""
+    return f"p{point:07d}_theory.nc" if chunk == THEORY_CHUNK else f"p{point:07d}_c{chunk:06d}.nc"
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Iterations ``first .. first + count - 1`` of one point.
+
+    Attributes
+    ----------
+    point, chunk : int
+        The task key.
+    first, count : int
+        Global iteration numbers within the point.
+    key : int
+        The point's 64-bit root key.
+    budgets : numpy.ndarray
+    spec : Spec
+        The point's compiled family.
+    path : str
+        Shard destination.
+    config_hash : str
+    raw : bool
+        Keep the per-iteration arrays in the shard.
+    """
+
+    point: int
+    chunk: int
+    first: int
+    count: int
+    key: int
+    budgets: np.ndarray
+    spec: Spec
+    path: str
+    config_hash: str
+    raw: bool
+
+
+@dataclass(frozen=True)
+class TheoryTask:
+    """Moments, paper's bound and (unless ``method == "none"``) the prediction of one point."""
+
+    point: int
+    family: Family
+    budgets: np.ndarray
+    method: str
+    path: str
+    config_hash: str
+
+    @property
+    def chunk(self) -> int:
+        """Always :data:`THEORY_CHUNK`."""
+        return THEORY_CHUNK
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What the driver learns from a finished task (the data are in the shard).
+
+    Attributes
+    ----------
+    point, chunk : int
+        The task key.
+    x_max : int
+        Largest sampled X in the shard (-1 for a theory shard).
+    visited : int
+        Nodes visited by the threshold passes (0 for a theory shard).
+    tree_nodes : int
+        Optimal-tree nodes simulated: ``count * max(budgets)``.
+    seconds : float
+        Wall time of the task in its worker.
+    """
+
+    point: int
+    chunk: int
+    x_max: int
+    visited: int
+    tree_nodes: int
+    seconds: float
+
+
+def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
+    """Run one task in a worker and write its shard; returns a small :class:`TaskResult`."""
+    start = time.perf_counter()
+    if isinstance(task, TheoryTask):
+        write_netcdf_atomic(_theory_dataset(task), task.path)
+        return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start)
+    acc, exp, dep, visited, _ = run_iterations(task.spec, task.budgets, np.uint64(task.key),
+                                               task.first, task.count)
+    ds = _chunk_dataset(task, acc, exp, dep, visited)
+    write_netcdf_atomic(ds, task.path)
+    return TaskResult(task.point, task.chunk, int(acc.max()), visited,
+                      task.count * int(task.budgets[-1]), time.perf_counter() - start)
+
+
+def _shard_attrs(task: ChunkTask | TheoryTask, **extra: Any) -> dict[str, Any]:
+    return {"brwsim_shard_format": SHARD_FORMAT, "config_hash": task.config_hash,
+            "point": task.point, "chunk": task.chunk, **extra}
+
+
+def _fsum_rows(a: np.ndarray) -> np.ndarray:
+    """Correctly rounded row sums (independent of summation order and memory layout)."""
+    return np.array([math.fsum(row) for row in a.astype(np.float64)])
+
+
+def _chunk_dataset(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.ndarray,
+                   visited: int) -> xr.Dataset:
+    raw = {"accepted": acc, "expected_accepted": exp, "depth": dep}
+    data: dict[str, Any] = {}
+    for name, source, squared in SUM_VARS:
+        x = raw[source].astype(np.float64)
+        data[name] = ("budget", _fsum_rows(x * x if squared else x))
+    x_max = int(acc.max())
+    hist = np.stack([np.bincount(row, minlength=x_max + 1) for row in acc]).astype(np.int64)
+    data["accepted_hist"] = (("budget", "accepted_value"), hist)
+    coords: dict[str, Any] = {"budget": task.budgets}
+    if task.raw:
+        for name, arr in raw.items():
+            data[name] = (("budget", "iteration"), arr)
+        coords["iteration"] = np.arange(task.first, task.first + task.count, dtype=np.int64)
+    ds = xr.Dataset(data, coords, _shard_attrs(task, first=task.first, count=task.count,
+                                                 x_max=x_max, nodes_visited=visited,
+                                                 raw=int(task.raw)))
+    for var in ds.variables.values():
+        var.encoding.update(_CHECKSUM)
+    return ds
+
+
+def _theory_dataset(task: TheoryTask) -> xr.Dataset:
+    from brwsim.theory import paper_bound
+
+    mom = task.family.moments()
+    data: dict[str, Any] = {name: ((), getattr(mom, name)) for name in THEORY_VARS}
+    note = ""
+    try:
+        bound = paper_bound(mom.mu, mom.mu2, task.budgets)
+    except ValueError as exc:         # UserError: e.g. mu == 0
+        bound, note = np.full(task.budgets.size, np.nan), f"paper bound: {exc}"
+    data["paper_bound"] = ("budget", np.asarray(bound, dtype=np.float64))
+    if task.method != "none":
+        pred, why = _prediction(task.family, task.budgets, task.method)
+        data["prediction"] = ("budget", pred)
+        note = "; ".join(x for x in (note, why) if x)
+    ds = xr.Dataset(data, {"budget": task.budgets},
+                    _shard_attrs(task, moments_exact=int(mom.exact), prediction_method=task.method,
+                                 note=note))
+    for var in ds.variables.values():
+        var.encoding.update(_CHECKSUM)
+    return ds
+
+
+def _prediction(family: Family, budgets: np.ndarray, method: str) -> tuple[np.ndarray, str]:
+    """The renewal prediction, or NaN and the reason when unavailable for this family."""
+    nan = np.full(budgets.size, np.nan)
+    try:
+        from brwsim.theory import prediction
+    except ImportError:
+        return nan, "prediction: brwsim.theory.prediction is not available"
+    try:
+        return np.asarray(prediction(family, budgets, method), dtype=np.float64), ""
+    except (ValueError, NotImplementedError) as exc:   # UserError is a ValueError
+        return nan, f"prediction: {exc}"
+
+
+def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
+               budgets: np.ndarray, first: int = 0, count: int = 0,
+               raw: bool = False) -> xr.Dataset | None:
+    """Load a shard and check it belongs to this task, or ``None`` when it is unusable.
+
+    A shard is usable when it reads completely (every Fletcher-32 checksum verifies),
+    carries the expected format, configuration hash, key and budgets, and has every
+    variable with the expected shape (the raw arrays when ``raw``).
+
+    Returns
+    -------
+    xarray.Dataset or None
+        The shard, loaded into memory (it is closed).
+    """
+    try:
+        with xr.open_dataset(path, engine="netcdf4") as opened:
+            ds = opened.load()
+    except Exception:  # noqa: BLE001 - any failure to read (HDF5, netCDF, checksum) = corrupt
+        return None
+    a = ds.attrs
+    expect = {"brwsim_shard_format": SHARD_FORMAT, "config_hash": config_hash,
+              "point": point, "chunk": chunk}
+    if chunk != THEORY_CHUNK:
+        expect.update(first=first, count=count)
+    if any(_attr(a, k) != v for k, v in expect.items()):
+        return None
+    if "budget" not in ds.coords or not np.array_equal(ds["budget"].values, budgets):
+        return None
+    return ds if _shapes_ok(ds, budgets.size, chunk, count, raw) else None
+
+
+def _attr(attrs: dict[str, Any], key: str) -> Any:
+    value = attrs.get(key)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _shapes_ok(ds: xr.Dataset, nb: int, chunk: int, count: int, raw: bool) -> bool:
+    if chunk == THEORY_CHUNK:
+        need = {name: () for name in THEORY_VARS} | {"paper_bound": (nb,)}
+    else:
+        x_max = _attr(ds.attrs, "x_max")
+        if not isinstance(x_max, int) or x_max < 0:
+            return False
+        need = {name: (nb,) for name, _, _ in SUM_VARS} | {"accepted_hist": (nb, x_max + 1)}
+        if raw:
+            need |= {name: (nb, count) for name in RAW_VARS}
+    return all(name in ds and ds[name].shape == shape for name, shape in need.items())
