@@ -7,6 +7,7 @@ Every user error (bad family string, budget, file) prints one line
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import shlex
 import sys
@@ -154,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         logprobs = None
     if logprobs is not None:
         logprobs.register(sub)
+    for module in ("brwsim.sweep", "brwsim.inspect_cmd"):
+        importlib.import_module(module).register(sub)
     return parser
 
 

@@ -1,0 +1,597 @@
+"""Parameter sweeps: config -> tasks keyed (point, chunk) -> joblib -> shards -> results.nc.
+
+The driver (:func:`sweep`) validates the whole configuration, claims the output folder
+(``DIR/config.json`` holds the configuration and its hash; ``DIR/.lock`` keeps a second
+sweep out), keeps every usable shard of an earlier run, runs the missing tasks through
+``joblib.Parallel`` and merges the shards into ``DIR/results.nc``, streaming one shard at
+a time. Randomness is a function of (point key, global iteration index), so the merged
+data are bit-identical whatever the worker count or backend, and after a crash the same
+call finishes only the missing tasks.
+
+Layout of ``results.nc`` (one netCDF group per ``[[sweep.family]]`` block, named by its
+label): dims ``<swept parameters...>, budget[, iteration], accepted_value``; see
+``docs/sweeps.md`` and :func:`sweep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from brwsim.config import Block, SweepConfig, load_config
+from brwsim.errors import UserError
+from brwsim.shards import (
+    RAW_VARS, SUM_VARS, THEORY_CHUNK, THEORY_VARS, ChunkTask, TaskResult, TheoryTask, read_shard,
+    run_task, shard_name,
+)
+
+__all__ = ["sweep", "SweepReport", "register", "BACKENDS"]
+
+BACKENDS = ("loky", "dask")
+RESULTS = "results.nc"
+_STATE_FORMAT = 1
+
+Task = ChunkTask | TheoryTask
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What a :func:`sweep` call did.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The merged dataset (``DIR/results.nc``).
+    tasks : int
+        Tasks of the sweep (chunks of every point plus one theory task per point).
+    run : int
+        Tasks run by this call.
+    reused : int
+        Usable shards of an earlier call that were kept.
+    discarded : int
+        Corrupt, partial or foreign shards found, deleted and redone.
+    tree_nodes : int
+        Optimal-tree nodes (iterations * max budget) simulated by this call.
+    seconds : float
+        Wall time of this call.
+    """
+
+    path: Path
+    tasks: int
+    run: int
+    reused: int
+    discarded: int
+    tree_nodes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _ShardInfo:
+    x_max: int
+    visited: int
+
+
+def sweep(config: Any, out_dir: str | os.PathLike[str], jobs: int | None = None,
+          backend: str | None = None, scheduler: Any = None, summary_only: bool = False,
+          quiet: bool = True, command: str = "") -> SweepReport:
+    """Run (or finish) a parameter sweep and merge it into ``out_dir/results.nc``.
+
+    Parameters
+    ----------
+    config : path-like, mapping or SweepConfig
+        A TOML file (see :mod:`brwsim.config`), its parsed mapping, or a validated config.
+    out_dir : path-like
+        Output folder: ``config.json``, ``shards/`` and ``results.nc``. Running the same
+        configuration again into it finishes missing tasks only; a different
+        configuration is refused.
+    jobs : int, optional
+        Parallel tasks (``joblib.Parallel(n_jobs=jobs)``). Default 1, or every worker of
+        the cluster with ``backend="dask"``. Results never depend on it.
+    backend : {"loky", "dask"}, optional
+        joblib backend, set with ``joblib.parallel_config``. ``None`` keeps the caller's
+        (default loky), so ``with joblib.parallel_config(...)`` around the call works.
+    scheduler : str or distributed.Client, optional
+        With ``backend="dask"``: a scheduler address (``tcp://host:8786``) or a client.
+        Default: a ``LocalCluster`` of ``jobs`` single-threaded worker processes.
+    summary_only : bool, default False
+        Keep per-point sufficient statistics and histograms but no per-iteration arrays.
+    quiet : bool, default True
+        No progress bar (it is also hidden when stderr is not a terminal).
+    command : str, optional
+        Recorded in the ``history`` attribute.
+
+    Returns
+    -------
+    SweepReport
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        For an invalid configuration (before any work), a folder holding another
+        configuration, a folder in use, or a missing or unreachable Dask.
+    """
+    start = time.perf_counter()
+    cfg = load_config(config)
+    _check_options(jobs, backend, scheduler)
+    out = Path(out_dir)
+    raw = not summary_only
+    with _exclusive(out):
+        _claim(out, cfg)
+        _remove_temporaries(out)
+        tasks, infos, discarded = _plan(cfg, out, raw)
+        n_total = len(tasks) + len(infos)
+        nodes = _execute(tasks, infos, out, n_total, jobs, backend, scheduler,
+                         show=not quiet and sys.stderr.isatty())
+        path = _merge(out, cfg, infos, raw, command or f"brwsim.sweep({str(out)!r})")
+    return SweepReport(path, n_total, len(tasks), n_total - len(tasks), discarded, nodes,
+                       time.perf_counter() - start)
+
+
+def _check_options(jobs: int | None, backend: str | None, scheduler: Any) -> None:
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                             or (jobs < 1 and jobs != -1)):
+        raise UserError(f"jobs must be a positive integer or -1 (all cores), got {jobs!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if scheduler is not None and backend != "dask":
+        raise UserError("a scheduler needs backend 'dask' (--backend dask)")
+
+
+# --- the output folder -------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out/.lock`` (released by the OS even after SIGKILL)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    with open(out / ".lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UserError(f"{out}: another brwsim sweep is running in this folder") from None
+        yield
+
+
+def _claim(out: Path, cfg: SweepConfig) -> None:
+    """Record the configuration in ``out/config.json``, or refuse a different one."""
+    meta = out / "config.json"
+    if meta.exists():
+        try:
+            stored = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            raise UserError(f"{meta}: unreadable; use another --out folder or delete {out}") from None
+        if stored.get("config_hash") != cfg.hash:
+            diff = _first_difference(stored.get("config"), cfg.normalized, "sweep")
+            raise UserError(f"{out} holds a sweep of a different configuration ({diff}); "
+                            f"use another --out folder, or delete {out} to start over")
+        return
+    if (out / "shards").exists() or (out / RESULTS).exists():
+        raise UserError(f"{out} holds sweep output but no config.json; use another --out folder")
+    _write_text_atomic(meta, json.dumps({"format": _STATE_FORMAT, "config_hash": cfg.hash,
+                                         "config": cfg.normalized}, indent=1, sort_keys=True))
+
+
+def _first_difference(old: Any, new: Any, path: str) -> str:
+    """``"<path>: <old> -> <new>"`` at the first place two JSON values differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                return _first_difference(old.get(key), new.get(key), f"{path}.{key}")
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{i}]")
+    text = lambda v: (json.dumps(v) if len(json.dumps(v)) <= 60 else json.dumps(v)[:57] + "...")  # noqa: E731
+    return f"{path}: {text(old)} -> {text(new)}"
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _remove_temporaries(out: Path) -> None:
+    """Delete temporary files left by a killed run (the folder is locked: none is live)."""
+    for folder in (out, out / "shards"):
+        if folder.is_dir():
+            for tmp in folder.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+
+
+# --- tasks -------------------------------------------------------------------------------
+
+def _plan(cfg: SweepConfig, out: Path, raw: bool) -> tuple[list[Task], dict[tuple[int, int], _ShardInfo], int]:
+    """Tasks still to run, usable shards already present, and the number discarded."""
+    shards = out / "shards"
+    shards.mkdir(exist_ok=True)
+    todo: list[Task] = []
+    infos: dict[tuple[int, int], _ShardInfo] = {}
+    discarded = 0
+    for task in _tasks(cfg, shards, raw):
+        path = Path(task.path)
+        if path.exists():
+            info = _usable(task, cfg)
+            if info is not None:
+                infos[(task.point, task.chunk)] = info
+                continue
+            path.unlink()
+            discarded += 1
+        todo.append(task)
+    return todo, infos, discarded
+
+
+def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
+    """Every task of the sweep: theory tasks first (the slowest), then all chunks."""
+    points = list(cfg.points())
+    for p in points:
+        yield TheoryTask(p.index, p.family, cfg.budgets, cfg.prediction,
+                         str(shards / shard_name(p.index, THEORY_CHUNK)), cfg.hash)
+    for p in points:
+        spec, key = p.family.spec(), int(cfg.point_key(p.index))
+        for chunk, first, count in cfg.chunks():
+            yield ChunkTask(p.index, chunk, first, count, key, cfg.budgets, spec,
+                            str(shards / shard_name(p.index, chunk)), cfg.hash, raw)
+
+
+def _read(task: Task, cfg: SweepConfig) -> Any:
+    if isinstance(task, TheoryTask):
+        return read_shard(task.path, config_hash=cfg.hash, point=task.point, chunk=THEORY_CHUNK,
+                          budgets=cfg.budgets)
+    return read_shard(task.path, config_hash=cfg.hash, point=task.point, chunk=task.chunk,
+                      budgets=cfg.budgets, first=task.first, count=task.count, raw=task.raw)
+
+
+def _usable(task: Task, cfg: SweepConfig) -> _ShardInfo | None:
+    ds = _read(task, cfg)
+    if ds is None:
+        return None
+    return _ShardInfo(int(ds.attrs.get("x_max", -1)), int(ds.attrs.get("nodes_visited", 0)))
+
+
+def _execute(tasks: list[Task], infos: dict[tuple[int, int], _ShardInfo], out: Path,
+             n_total: int, jobs: int | None, backend: str | None, scheduler: Any,
+             show: bool) -> int:
+    """Run ``tasks`` in parallel, recording each finished shard in ``infos``; tree nodes run."""
+    if not tasks:
+        return 0
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    _warm_numba(tasks)
+    nodes = 0
+    start = time.perf_counter()
+    with tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
+              disable=not show, dynamic_ncols=True) as bar, \
+            _parallel_backend(backend, scheduler, jobs) as n_jobs:
+        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            delayed(run_task)(t) for t in tasks)
+        for res in results:
+            _check_written(out, res)
+            infos[(res.point, res.chunk)] = _ShardInfo(res.x_max, res.visited)
+            nodes += res.tree_nodes
+            bar.set_postfix_str(f"{nodes / max(time.perf_counter() - start, 1e-9):.3g} nodes/s",
+                                refresh=False)
+            bar.update(1)
+    return nodes
+
+
+def _warm_numba(tasks: list[Task]) -> None:
+    """Compile (or load from numba's cache) the kernel once here, before fanning out."""
+    from brwsim.simulate import run_iterations
+
+    task = next((t for t in tasks if isinstance(t, ChunkTask)), None)
+    if task is not None:
+        run_iterations(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1)
+
+
+def _check_written(out: Path, res: TaskResult) -> None:
+    path = out / "shards" / shard_name(res.point, res.chunk)
+    if not path.is_file():
+        raise UserError(f"a worker finished task (point {res.point}, chunk {res.chunk}) but "
+                        f"{path} does not exist here: the output folder must be on a file "
+                        "system shared by the driver and every worker")
+
+
+@contextlib.contextmanager
+def _parallel_backend(backend: str | None, scheduler: Any, jobs: int | None) -> Iterator[int]:
+    """Enter the joblib backend chosen by ``backend``; yields the ``n_jobs`` to use."""
+    from joblib import parallel_config
+
+    if backend is None:
+        yield jobs or 1
+    elif backend == "loky":
+        with parallel_config(backend="loky"):
+            yield jobs or 1
+    else:
+        with _dask_client(scheduler, jobs) as client, parallel_config(backend="dask", client=client):
+            yield jobs or -1
+
+
+@contextlib.contextmanager
+def _dask_client(scheduler: Any, jobs: int | None) -> Iterator[Any]:
+    """A ``distributed.Client``: the one given, one for an address, or a LocalCluster's."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UserError("backend 'dask' needs dask.distributed: pip install 'brwsim[dask]'") from None
+    if scheduler is not None and not isinstance(scheduler, str):
+        yield scheduler
+        return
+    if scheduler is None:
+        import logging
+
+        n = jobs if jobs and jobs > 0 else os.cpu_count() or 1
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+                Client(cluster) as client:
+            yield client
+        return
+    try:
+        client = Client(scheduler, timeout="20s")
+    except (OSError, TimeoutError) as exc:
+        raise UserError(f"cannot connect to the dask scheduler {scheduler}: {exc}") from None
+    with client:
+        yield client
+
+
+# --- merge -------------------------------------------------------------------------------
+
+_UNITS_1 = "1"
+#: name -> (trailing dims after the grid dims, dtype, long_name, units)
+_VARIABLES: dict[str, tuple[tuple[str, ...], Any, str, str]] = {
+    "point": ((), np.int64, "global index of the parameter point", _UNITS_1),
+    "family_string": ((), str, "the point's family in brwsim's string form", ""),
+    "point_key": ((), np.uint64, "64-bit root key of the point: SeedSequence(seed, spawn_key=(point,))", _UNITS_1),
+    "n": ((), np.int64, "iterations (independent trees) of the point", _UNITS_1),
+    "nodes_visited": ((), np.int64, "tree nodes visited by all threshold passes (the work done)", _UNITS_1),
+    "mu": ((), np.float64, "mean entropy E[H(q)] (spine step mean)", "nat"),
+    "mu2": ((), np.float64, "E[sum_i q_i (log q_i)^2] (spine step second moment)", "nat2"),
+    "mu_se": ((), np.float64, "standard error of mu (0 when exact)", "nat"),
+    "mu2_se": ((), np.float64, "standard error of mu2 (0 when exact)", "nat2"),
+    "h2": ((), np.float64, "E[H(q)^2] (the other reading of the paper's second moment)", "nat2"),
+    "accepted_sum": (("budget",), np.float64, "sum over iterations of X", _UNITS_1),
+    "accepted_sumsq": (("budget",), np.float64, "sum over iterations of X^2", _UNITS_1),
+    "accepted_mean": (("budget",), np.float64, "mean accepted draft tokens X", _UNITS_1),
+    "accepted_se": (("budget",), np.float64, "standard error of accepted_mean", _UNITS_1),
+    "tokens_per_call": (("budget",), np.float64, "mean tokens per verifier call tau = X + 1", _UNITS_1),
+    "expected_sum": (("budget",), np.float64, "sum over iterations of E[X | T_P]", _UNITS_1),
+    "expected_sumsq": (("budget",), np.float64, "sum over iterations of E[X | T_P]^2", _UNITS_1),
+    "expected_mean": (("budget",), np.float64, "mean of E[X | T_P] (Rao-Blackwellised estimate of E[X])", _UNITS_1),
+    "expected_se": (("budget",), np.float64, "standard error of expected_mean", _UNITS_1),
+    "depth_sum": (("budget",), np.float64, "sum over iterations of the depth of T_P", _UNITS_1),
+    "depth_mean": (("budget",), np.float64, "mean depth of the deepest node of the optimal tree", _UNITS_1),
+    "accepted_hist": (("budget", "accepted_value"), np.int64, "histogram of X: iterations with X = accepted_value", _UNITS_1),
+    "paper_bound": (("budget",), np.float64, "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped", _UNITS_1),
+    "prediction": (("budget",), np.float64, "renewal-theory prediction of E[X] (brwsim.theory.prediction)", _UNITS_1),
+    "accepted": (("budget", "iteration"), np.int32, "accepted draft tokens X (sampled target path inside the optimal tree)", _UNITS_1),
+    "expected_accepted": (("budget", "iteration"), np.float64, "E[X | T_P]: sum of path probabilities over the optimal tree", _UNITS_1),
+    "depth": (("budget", "iteration"), np.int32, "depth of the deepest node of the optimal tree", _UNITS_1),
+}
+
+
+def _merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], _ShardInfo], raw: bool,
+           command: str) -> Path:
+    """Stream every shard into ``out/results.nc`` (temporary file, then rename)."""
+    import netCDF4
+
+    from brwsim.io import provenance_attrs
+
+    dest = out / RESULTS
+    fd, tmp = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=out)
+    os.close(fd)
+    try:
+        with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
+            attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
+            attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
+                         summary_only=int(not raw), iterations=cfg.iterations,
+                         chunk=cfg.chunk, prediction_method=cfg.prediction)
+            nc.setncatts(attrs)
+            for block in cfg.blocks:
+                _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+class _BlockWriter:
+    """Writes one block's group: coordinates, then point by point, shard by shard."""
+
+    def __init__(self, grp: Any, block: Block, cfg: SweepConfig, out: Path,
+                 infos: dict[tuple[int, int], _ShardInfo], raw: bool) -> None:
+        self.grp, self.block, self.cfg, self.out, self.raw = grp, block, cfg, out, raw
+        points = range(block.first_point, block.first_point + block.n_points)
+        self.x_max = max(infos[(p, c)].x_max for p in points for c, _, _ in cfg.chunks())
+        self.visited = {p: sum(infos[(p, c)].visited for c, _, _ in cfg.chunks()) for p in points}
+        self.vars: dict[str, Any] = {}
+
+    def write(self) -> None:
+        """Define the group and fill it."""
+        self._attributes()
+        self._coordinates()
+        self._variables()
+        for local in range(self.block.n_points):
+            self._point(local)
+
+    def _attributes(self) -> None:
+        b = self.block
+        kind = b.name or "family strings"
+        self.grp.setncatts({
+            "title": f"{kind} block {b.index} of the sweep ({b.n_points} points)",
+            "family_name": b.name or "family",
+            "block_index": b.index,
+            "fixed_parameters": json.dumps(b.fixed, sort_keys=True),
+            "swept_parameters": " ".join(b.grid),
+            "point_range": f"{b.first_point}..{b.first_point + b.n_points - 1}",
+        })
+
+    def _coord(self, name: str, values: Sequence[Any] | np.ndarray, long_name: str, units: str) -> None:
+        arr = np.asarray(values)
+        is_str = arr.dtype.kind in "US"
+        dtype: Any = str if is_str else (np.int64 if arr.dtype.kind in "iu" else np.float64)
+        self.grp.createDimension(name, arr.size)
+        var = self.grp.createVariable(name, dtype, (name,), fill_value=False)
+        var.setncatts({"long_name": long_name, **({"units": units} if units and not is_str else {})})
+        var[:] = arr.astype(object if is_str else dtype)
+
+    def _coordinates(self) -> None:
+        kind = self.block.name or "family"
+        for key, values in self.block.grid.items():
+            self._coord(key, values, f"swept parameter {key} of {kind}", _UNITS_1)
+        self._coord("budget", self.cfg.budgets, "draft budget P (tree nodes, root excluded)", _UNITS_1)
+        if self.raw:
+            self._coord("iteration", np.arange(self.cfg.iterations), "independent tree index", _UNITS_1)
+        self._coord("accepted_value", np.arange(self.x_max + 1), "value of X counted by accepted_hist",
+                    _UNITS_1)
+
+    def _variables(self) -> None:
+        grid = tuple(self.block.grid)
+        for name, (dims, dtype, long_name, units) in _VARIABLES.items():
+            if (name in RAW_VARS and not self.raw) or (name == "prediction" and self.cfg.prediction == "none"):
+                continue
+            extra: dict[str, Any] = {}
+            if name in RAW_VARS:
+                extra = {"zlib": True, "complevel": 1, "shuffle": True,
+                         "chunksizes": (1,) * len(grid) + (self.cfg.budgets.size, self.cfg.chunk)}
+            var = self.grp.createVariable(name, dtype, grid + dims, fill_value=False, **extra)
+            var.setncatts({"long_name": long_name, **({"units": units} if units else {})})
+            self.vars[name] = var
+
+    def _point(self, local: int) -> None:
+        idx = tuple(int(i) for i in np.unravel_index(local, self.block.shape)) if self.block.grid else ()
+        point = self.block.first_point + local
+        put = lambda name, value: self.vars[name].__setitem__(idx or Ellipsis, value)  # noqa: E731
+        put("point", point)
+        put("family_string", repr(self.block.families[local]))
+        put("point_key", self.cfg.point_key(point))
+        put("n", self.cfg.iterations)
+        put("nodes_visited", self.visited[point])
+        self._theory(point, put)
+        self._chunks(point, idx, put)
+
+    def _shard(self, task_args: dict[str, Any]) -> Any:
+        ds = read_shard(budgets=self.cfg.budgets, config_hash=self.cfg.hash, **task_args)
+        if ds is None:
+            path = Path(task_args["path"])
+            path.unlink(missing_ok=True)
+            raise UserError(f"{path} became unusable during the merge and was deleted; "
+                            "run the same command again to redo it")
+        return ds
+
+    def _theory(self, point: int, put: Any) -> None:
+        path = self.out / "shards" / shard_name(point, THEORY_CHUNK)
+        ds = self._shard({"path": path, "point": point, "chunk": THEORY_CHUNK})
+        for name in (*THEORY_VARS, "paper_bound"):
+            put(name, ds[name].values)
+        if "prediction" in self.vars:
+            put("prediction", ds["prediction"].values)
+
+    def _chunks(self, point: int, idx: tuple[int, ...], put: Any) -> None:
+        nb = self.cfg.budgets.size
+        sums: dict[str, list[np.ndarray]] = {name: [] for name, _, _ in SUM_VARS}
+        hist = np.zeros((nb, self.x_max + 1), np.int64)
+        for chunk, first, count in self.cfg.chunks():
+            path = self.out / "shards" / shard_name(point, chunk)
+            ds = self._shard({"path": path, "point": point, "chunk": chunk, "first": first,
+                              "count": count, "raw": self.raw})
+            for name in sums:
+                sums[name].append(ds[name].values)
+            h = ds["accepted_hist"].values
+            hist[:, :h.shape[1]] += h
+            if self.raw:
+                cols = idx + (slice(None), slice(first, first + count))
+                for name in RAW_VARS:
+                    self.vars[name][cols] = ds[name].values
+        total = {name: np.array([math.fsum(col) for col in np.stack(parts).T])
+                 for name, parts in sums.items()}
+        for name, value in total.items():
+            put(name, value)
+        put("accepted_hist", hist)
+        n = self.cfg.iterations
+        for prefix in ("accepted", "expected"):
+            mean, se = _mean_se(total[f"{prefix}_sum"], total[f"{prefix}_sumsq"], n)
+            put(f"{prefix}_mean", mean)
+            put(f"{prefix}_se", se)
+        put("tokens_per_call", total["accepted_sum"] / n + 1.0)
+        put("depth_mean", total["depth_sum"] / n)
+
+
+def _mean_se(total: np.ndarray, total_sq: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error of the mean from n, the sum and the sum of squares."""
+    mean = total / n
+    if n < 2:
+        return mean, np.full_like(mean, np.nan)
+    var = np.maximum(total_sq - total * mean, 0.0) / (n - 1)
+    return mean, np.sqrt(var / n)
+
+
+# --- command line ------------------------------------------------------------------------
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``sweep`` subcommand to an argparse subparsers object.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        From ``parser.add_subparsers()``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The subcommand's parser (its ``func`` default is :func:`run_cli`).
+    """
+    parser = subparsers.add_parser(
+        "sweep", help="run a parameter sweep from a TOML file into DIR/results.nc (resumable)",
+        description="Run every (point, chunk) task of a TOML sweep configuration, one netCDF "
+                    "shard per task in DIR/shards, and merge them into DIR/results.nc. Running "
+                    "the same command again finishes only missing tasks.")
+    parser.add_argument("config", metavar="CONFIG", help="TOML sweep configuration")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="parallel tasks (default 1; with dask: every worker; -1: all cores)")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="joblib backend (default loky)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="keep per-point statistics and histograms, not per-iteration arrays")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_cli)
+    return parser
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Body of ``brwsim sweep``: run, then print one line per outcome."""
+    argv = getattr(args, "argv", None)
+    command = "brwsim " + " ".join(shlex.quote(a) for a in argv) if argv else ""
+    rep = sweep(args.config, args.out, jobs=args.jobs, backend=args.backend,
+                scheduler=args.scheduler, summary_only=args.summary_only, quiet=args.quiet,
+                command=command)
+    rate = f", {rep.tree_nodes / rep.seconds:.3g} tree nodes/s" if rep.tree_nodes else ""
+    redone = f", {rep.discarded} unusable shards redone" if rep.discarded else ""
+    print(f"{rep.tasks} tasks: {rep.run} run, {rep.reused} reused{redone} "
+          f"({rep.seconds:.1f} s{rate})")
+    print(f"wrote {rep.path}")
+    return 0
