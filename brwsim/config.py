@@ -126,11 +126,6 @@ class Block:
         idx = np.unravel_index(local, self.shape) if self.grid else ()
         return {k: v[i] for (k, v), i in zip(self.grid.items(), idx)}
 
-    def describe(self) -> str:
-        """The block's family name (or ``family``) with its fixed parameters."""
-        fixed = ", ".join(f"{k}={_short(v)}" for k, v in self.fixed.items())
-        return f"{self.name or 'family'}({fixed})"
-
 
 @dataclass(frozen=True)
 class Point:
@@ -482,10 +477,11 @@ def _point_error(where: str, name: str, fixed: dict, grid: dict, kwargs: dict,
     if m and m.group(1) in grid:
         key = m.group(1)
         return UserError(f"{where}.{key}[{grid[key].index(kwargs[key])}]: {m.group(2)}")
-    if m and m.group(1) in fixed:
-        return UserError(f"{where}.{m.group(1)}: {m.group(2)}")
     at = ", ".join(f"{k}={_short(kwargs[k])}" for k in grid)
-    return UserError(f"{where}: {msg}" + (f" (at {at})" if at else ""))
+    at = f" (at {at})" if at else ""
+    if m and m.group(1) in fixed:
+        return UserError(f"{where}.{m.group(1)}: {m.group(2)}{at}")
+    return UserError(f"{where}: {msg}{at}")
 
 
 def _unprefixed(name: str, msg: str) -> str:

@@ -119,9 +119,9 @@ def _point_table(pt: xr.Dataset) -> str:
 
 def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
     git = attrs.get("git_commit") or "unknown"
-    lines = [f"{path}: {attrs.get('title', '(no title)')}",
-             f"  source: {attrs.get('source', '?')} (git {git[:12]}), created "
-             f"{attrs.get('date_created', '?')}, seed {attrs.get('seed_entropy', '?')}"]
+    source = (f"  source: {attrs.get('source', '?')} (git {git[:12]}), created "
+              f"{attrs.get('date_created', '?')}, seed {attrs.get('seed_entropy', '?')}")
+    lines = [f"{path}: {attrs.get('title', '(no title)')}", source]
     if "config_hash" in attrs:
         lines.append(f"  config hash: {str(attrs['config_hash'])[:16]}   chunk: {attrs.get('chunk', '?')}"
                      f"   prediction: {attrs.get('prediction_method', '?')}")
@@ -142,10 +142,12 @@ def _group_lines(name: str, ds: xr.Dataset, attrs: dict[str, Any]) -> list[str]:
     lines = [f"group {group}: {n_points} point{'s' * (n_points != 1)}   dims: {dims_text}"]
     for d in dims:
         lines.append(f"  swept {d}: {', '.join(str(v) for v in summary[d].values)}")
-    if ds.attrs.get("fixed_parameters"):
+    if ds.attrs.get("fixed_parameters", "{}") != "{}":
         lines.append(f"  fixed: {ds.attrs['fixed_parameters']}")
     lines.append(f"  budgets: {', '.join(str(int(p)) for p in ds['budget'].values)}")
     lines.append(f"  iterations: {iters} per point ({stored})")
+    if ds.attrs.get("notes"):
+        lines.extend(f"  note: {n}" for n in str(ds.attrs["notes"]).splitlines())
     for label, pt in _points(summary, attrs):
         mom = (f"   mu = {float(pt['mu']):.6g}, mu2 = {float(pt['mu2']):.6g} nats"
                if "mu" in pt else "")
@@ -203,7 +205,7 @@ def _plot_group(ax: Any, summary: xr.Dataset, attrs: dict[str, Any], name: str) 
         if "prediction" in pt:
             ax.plot(P, pt["prediction"].values, ":", lw=1.2, color=color)
     ax.plot([], [], "k--", lw=0.8, label="paper's bound (O(1) dropped)")
-    if "prediction" in summary:
+    if "prediction" in summary and np.isfinite(summary["prediction"].values).any():
         ax.plot([], [], "k:", lw=1.2, label="renewal prediction")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("budget P (draft tokens per call)")

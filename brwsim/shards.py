@@ -246,6 +246,8 @@ def _attr(attrs: dict[str, Any], key: str) -> Any:
 
 def _shapes_ok(ds: xr.Dataset, nb: int, chunk: int, count: int, raw: bool) -> bool:
     if chunk == THEORY_CHUNK:
+        if "moments_exact" not in ds.attrs:
+            return False
         need = {name: () for name in THEORY_VARS} | {"paper_bound": (nb,)}
     else:
         x_max = _attr(ds.attrs, "x_max")

@@ -24,7 +24,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,16 @@ import numpy as np
 from brwsim.config import Block, SweepConfig, load_config
 from brwsim.errors import UserError
 from brwsim.shards import (
-    RAW_VARS, SUM_VARS, THEORY_CHUNK, THEORY_VARS, ChunkTask, TaskResult, TheoryTask, read_shard,
-    run_task, shard_name,
+    RAW_VARS,
+    SUM_VARS,
+    THEORY_CHUNK,
+    THEORY_VARS,
+    ChunkTask,
+    TaskResult,
+    TheoryTask,
+    read_shard,
+    run_task,
+    shard_name,
 )
 
 __all__ = ["sweep", "SweepReport", "register", "BACKENDS"]
@@ -200,8 +208,12 @@ def _first_difference(old: Any, new: Any, path: str) -> str:
         for i, (a, b) in enumerate(zip(old, new)):
             if a != b:
                 return _first_difference(a, b, f"{path}[{i}]")
-    text = lambda v: (json.dumps(v) if len(json.dumps(v)) <= 60 else json.dumps(v)[:57] + "...")  # noqa: E731
-    return f"{path}: {text(old)} -> {text(new)}"
+    return f"{path}: {_json_short(old)} -> {_json_short(new)}"
+
+
+def _json_short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -231,7 +243,7 @@ def _plan(cfg: SweepConfig, out: Path, raw: bool) -> tuple[list[Task], dict[tupl
     for task in _tasks(cfg, shards, raw):
         path = Path(task.path)
         if path.exists():
-            info = _usable(task, cfg)
+            info = _usable(out, cfg, task, raw)
             if info is not None:
                 infos[(task.point, task.chunk)] = info
                 continue
@@ -254,16 +266,18 @@ def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
                             str(shards / shard_name(p.index, chunk)), cfg.hash, raw)
 
 
-def _read(task: Task, cfg: SweepConfig) -> Any:
-    if isinstance(task, TheoryTask):
-        return read_shard(task.path, config_hash=cfg.hash, point=task.point, chunk=THEORY_CHUNK,
-                          budgets=cfg.budgets)
-    return read_shard(task.path, config_hash=cfg.hash, point=task.point, chunk=task.chunk,
-                      budgets=cfg.budgets, first=task.first, count=task.count, raw=task.raw)
+def _load_shard(out: Path, cfg: SweepConfig, point: int, chunk: int, raw: bool) -> Any:
+    """The shard of task (point, chunk) if it is usable for this sweep, else None."""
+    path = out / "shards" / shard_name(point, chunk)
+    if chunk == THEORY_CHUNK:
+        return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets)
+    first = chunk * cfg.chunk
+    return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets,
+                      first=first, count=min(cfg.chunk, cfg.iterations - first), raw=raw)
 
 
-def _usable(task: Task, cfg: SweepConfig) -> _ShardInfo | None:
-    ds = _read(task, cfg)
+def _usable(out: Path, cfg: SweepConfig, task: Task, raw: bool) -> _ShardInfo | None:
+    ds = _load_shard(out, cfg, task.point, task.chunk, raw)
     if ds is None:
         return None
     return _ShardInfo(int(ds.attrs.get("x_max", -1)), int(ds.attrs.get("nodes_visited", 0)))
@@ -280,18 +294,18 @@ def _execute(tasks: list[Task], infos: dict[tuple[int, int], _ShardInfo], out: P
 
     _warm_numba(tasks)
     nodes = 0
-    start = time.perf_counter()
-    with tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
-              disable=not show, dynamic_ncols=True) as bar, \
-            _parallel_backend(backend, scheduler, jobs) as n_jobs:
+    with _parallel_backend(backend, scheduler, jobs) as n_jobs, \
+            tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
+                 disable=not show, dynamic_ncols=True) as bar:
+        start = time.perf_counter()
         results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
             delayed(run_task)(t) for t in tasks)
         for res in results:
             _check_written(out, res)
             infos[(res.point, res.chunk)] = _ShardInfo(res.x_max, res.visited)
             nodes += res.tree_nodes
-            bar.set_postfix_str(f"{nodes / max(time.perf_counter() - start, 1e-9):.3g} nodes/s",
-                                refresh=False)
+            rate = nodes / max(time.perf_counter() - start, 1e-9)
+            bar.set_postfix_str(f"{rate:.3g} tree nodes/s", refresh=False)
             bar.update(1)
     return nodes
 
@@ -370,6 +384,7 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Any, str, str]] = {
     "mu_se": ((), np.float64, "standard error of mu (0 when exact)", "nat"),
     "mu2_se": ((), np.float64, "standard error of mu2 (0 when exact)", "nat2"),
     "h2": ((), np.float64, "E[H(q)^2] (the other reading of the paper's second moment)", "nat2"),
+    "moments_exact": ((), np.int8, "1 when mu and mu2 are exact (closed form or quadrature), 0 for Monte Carlo", _UNITS_1),
     "accepted_sum": (("budget",), np.float64, "sum over iterations of X", _UNITS_1),
     "accepted_sumsq": (("budget",), np.float64, "sum over iterations of X^2", _UNITS_1),
     "accepted_mean": (("budget",), np.float64, "mean accepted draft tokens X", _UNITS_1),
@@ -426,6 +441,7 @@ class _BlockWriter:
         self.x_max = max(infos[(p, c)].x_max for p in points for c, _, _ in cfg.chunks())
         self.visited = {p: sum(infos[(p, c)].visited for c, _, _ in cfg.chunks()) for p in points}
         self.vars: dict[str, Any] = {}
+        self.notes: list[str] = []
 
     def write(self) -> None:
         """Define the group and fill it."""
@@ -434,6 +450,8 @@ class _BlockWriter:
         self._variables()
         for local in range(self.block.n_points):
             self._point(local)
+        if self.notes:
+            self.grp.setncattr("notes", "\n".join(self.notes))
 
     def _attributes(self) -> None:
         b = self.block
@@ -482,7 +500,10 @@ class _BlockWriter:
     def _point(self, local: int) -> None:
         idx = tuple(int(i) for i in np.unravel_index(local, self.block.shape)) if self.block.grid else ()
         point = self.block.first_point + local
-        put = lambda name, value: self.vars[name].__setitem__(idx or Ellipsis, value)  # noqa: E731
+
+        def put(name: str, value: Any) -> None:
+            self.vars[name][idx or Ellipsis] = value
+
         put("point", point)
         put("family_string", repr(self.block.families[local]))
         put("point_key", self.cfg.point_key(point))
@@ -491,33 +512,33 @@ class _BlockWriter:
         self._theory(point, put)
         self._chunks(point, idx, put)
 
-    def _shard(self, task_args: dict[str, Any]) -> Any:
-        ds = read_shard(budgets=self.cfg.budgets, config_hash=self.cfg.hash, **task_args)
+    def _shard(self, point: int, chunk: int) -> Any:
+        ds = _load_shard(self.out, self.cfg, point, chunk, self.raw)
         if ds is None:
-            path = Path(task_args["path"])
+            path = self.out / "shards" / shard_name(point, chunk)
             path.unlink(missing_ok=True)
             raise UserError(f"{path} became unusable during the merge and was deleted; "
                             "run the same command again to redo it")
         return ds
 
-    def _theory(self, point: int, put: Any) -> None:
-        path = self.out / "shards" / shard_name(point, THEORY_CHUNK)
-        ds = self._shard({"path": path, "point": point, "chunk": THEORY_CHUNK})
+    def _theory(self, point: int, put: Callable[[str, Any], None]) -> None:
+        ds = self._shard(point, THEORY_CHUNK)
         for name in (*THEORY_VARS, "paper_bound"):
             put(name, ds[name].values)
+        put("moments_exact", int(ds.attrs["moments_exact"]))
         if "prediction" in self.vars:
             put("prediction", ds["prediction"].values)
+        if ds.attrs.get("note"):
+            self.notes.append(f"point {point}: {ds.attrs['note']}")
 
-    def _chunks(self, point: int, idx: tuple[int, ...], put: Any) -> None:
+    def _chunks(self, point: int, idx: tuple[int, ...], put: Callable[[str, Any], None]) -> None:
         nb = self.cfg.budgets.size
         sums: dict[str, list[np.ndarray]] = {name: [] for name, _, _ in SUM_VARS}
         hist = np.zeros((nb, self.x_max + 1), np.int64)
         for chunk, first, count in self.cfg.chunks():
-            path = self.out / "shards" / shard_name(point, chunk)
-            ds = self._shard({"path": path, "point": point, "chunk": chunk, "first": first,
-                              "count": count, "raw": self.raw})
-            for name in sums:
-                sums[name].append(ds[name].values)
+            ds = self._shard(point, chunk)
+            for name, parts in sums.items():
+                parts.append(ds[name].values)
             h = ds["accepted_hist"].values
             hist[:, :h.shape[1]] += h
             if self.raw:
