@@ -4,11 +4,12 @@ __version__ = "0.1.0"
 
 from brwsim.errors import UserError
 from brwsim.families import (
-    Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometric, Mixture, Peaked,
-    SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
+    CorrelatedEntropy, DepthDrift, Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometric,
+    MarkovRegime, Mixture, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
 )
 from brwsim.simulate import simulate, summarize
 
 __all__ = ["__version__", "UserError", "simulate", "summarize", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
-           "Mixture", "EntropyTarget", "Tempered", "Empirical"]
+           "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
+           "CorrelatedEntropy"]

@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         logprobs = None
     if logprobs is not None:
         logprobs.register(sub)
+    importlib.import_module("brwsim.bankstats").register(sub)
     for module in ("brwsim.sweep", "brwsim.inspect_cmd"):
         importlib.import_module(module).register(sub)
     return parser

@@ -14,7 +14,7 @@ import numba as nb
 import numpy as np
 
 from brwsim.families.base import Family, Spec
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I, dist_init, dist_next
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 from brwsim.simulate import seed_key
 
@@ -22,13 +22,19 @@ __all__ = ["node_key", "node_logprobs", "path_uniform"]
 
 
 @nb.njit(cache=True)
-def _node_head(kinds, cw, fpar, ipar, data, head_cap, key, k, out):
-    lf = np.empty((1, LEVEL_F))
-    li = np.empty((1, LEVEL_I), np.int64)
-    head = np.empty((1, max(head_cap, 1)))
-    dist_init(kinds, cw, fpar, ipar, data, key, 0, lf, li, head, -np.inf)
+def _node_head(kinds, cw, fpar, ipar, data, cprog, head_cap, key, path, k, out):
+    """Walk ``path`` from the root ``key`` (contexts follow it) and read k ranks at its end."""
+    m = path.shape[0] + 1
+    lf = np.empty((m, LEVEL_F))
+    li = np.empty((m, LEVEL_I), np.int64)
+    head = np.empty((m, max(head_cap, 1)))
+    dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, -np.inf, ROOT_DRAW, 0)
+    for d in range(1, m):
+        key = child_key(key, path[d - 1])
+        dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, -np.inf, d - 1,
+                  path[d - 1])
     for r in range(k):
-        out[r] = dist_next(fpar, ipar, data, key, 0, lf, li, head)
+        out[r] = dist_next(fpar, ipar, data, key, m - 1, lf, li, head)
 
 
 def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
@@ -56,8 +62,9 @@ def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequen
     """
     spec = family.spec() if isinstance(family, Family) else family
     out = np.empty(k)
-    _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.head_cap,
-               np.uint64(node_key(seed, iteration, path)), k, out)
+    root = np.uint64(node_key(seed, iteration, ()))
+    _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
+               root, np.asarray(path, dtype=np.int64), k, out)
     return out
 
 

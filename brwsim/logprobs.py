@@ -112,11 +112,13 @@ from brwsim.errors import UserError
 from brwsim.io import open_dataset, provenance_attrs, write_netcdf_atomic
 
 __all__ = [
+    "BadInputWarning",
+    "bank_bounds",
+    "bank_entropies",
+    "describe_bank",
+    "entropy_bounds",
     "import_logprobs",
     "load_bank",
-    "entropy_bounds",
-    "BadInputWarning",
-    "describe_bank",
     "register",
     "run",
 ]
@@ -307,13 +309,19 @@ def _rows_from_logprobs(lp: np.ndarray, *, sampled_col: np.ndarray | None,
          lambda i: f"top-k probabilities sum to {total[i]:.9g} > 1"),
     ]
     if vocab is not None:
-        m = vocab - count
-        checks.append((m < 0, lambda i: f"{count[i]} entries but --vocab is {vocab}"))
-        checks.append((tail > np.maximum(m, 0) * q * (1 + 1e-9) + ROUNDING_TOL,
-                       lambda i: f"tail mass {tail[i]:.6g} cannot be spread over the "
-                                 f"{m[i]} tokens outside the top-k with probability <= "
-                                 f"{q[i]:.6g} each (is --vocab {vocab} right?)"))
+        checks.extend(_vocab_checks(count, tail, q, vocab))
     return ps, tail, rank.astype(np.int64), _first_issue(checks, n)
+
+
+def _vocab_checks(count: np.ndarray, tail: np.ndarray, q: np.ndarray,
+                  vocab: int) -> list[tuple[np.ndarray, Any]]:
+    """Checks that positions with ``count`` entries, smallest ``q``, fit a vocabulary."""
+    m = vocab - count
+    return [(m < 0, lambda i: f"{count[i]} entries but --vocab is {vocab}"),
+            (tail > np.maximum(m, 0) * q * (1 + 1e-9) + ROUNDING_TOL,
+             lambda i: f"tail mass {tail[i]:.6g} cannot be spread over the "
+                       f"{m[i]} tokens outside the top-k with probability <= "
+                       f"{q[i]:.6g} each (is --vocab {vocab} right?)")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -975,6 +983,13 @@ def load_bank(path_or_dataset: str | os.PathLike[str] | xr.Dataset,
         rows, rows without a positive entry, or rows whose probabilities plus tail mass
         differ from 1 by more than 1e-6.
     """
+    _ds, _name, probs, tail = _read_bank(path_or_dataset)
+    return probs, tail
+
+
+def _read_bank(path_or_dataset: str | os.PathLike[str] | xr.Dataset,
+               ) -> tuple[xr.Dataset, str, np.ndarray, np.ndarray]:
+    """The bank Dataset, its name for messages and its validated probabilities and tails."""
     if isinstance(path_or_dataset, xr.Dataset):
         ds, name = path_or_dataset, "bank dataset"
     else:
@@ -996,7 +1011,103 @@ def load_bank(path_or_dataset: str | os.PathLike[str] | xr.Dataset,
     if probs.shape[0] == 0 or probs.shape[1] == 0:
         raise UserError(f"{name}: empty bank (shape {probs.shape})")
     _validate_bank_rows(name, probs, tail)
-    return probs, tail
+    return ds, name, probs, tail
+
+
+_BOUND_NAMES = ("entropy_lower", "entropy_upper", "mu2_lower", "mu2_upper")
+
+
+def bank_bounds(path_or_dataset: str | os.PathLike[str] | xr.Dataset, vocab: int | None = None,
+                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray,
+                                                         np.ndarray, np.ndarray]]:
+    """A bank's rows and per-position bounds of the entropy and second log-moment.
+
+    Parameters
+    ----------
+    path_or_dataset : path-like or xarray.Dataset
+        A bank (see :func:`load_bank`).
+    vocab : int, optional
+        Vocabulary size. When given, or when the bank lacks one of the bound variables, the
+        bounds are recomputed from the rows by :func:`entropy_bounds` (with ``vocab``, else
+        the bank's ``vocab`` attribute when it is a number); otherwise the stored bounds are
+        returned.
+
+    Returns
+    -------
+    probs, tail_mass : numpy.ndarray
+        As :func:`load_bank`.
+    bounds : tuple of numpy.ndarray
+        ``entropy_lower, entropy_upper, mu2_lower, mu2_upper``, shape (positions,).
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        As :func:`load_bank`; when a position does not fit ``vocab`` (more entries than
+        ``vocab``, or more tail mass than ``vocab - k`` tokens of probability at most the
+        smallest stored one can hold); when stored bounds are misshapen, NaN, negative,
+        have an infinite lower bound or an upper bound below the lower one.
+    """
+    ds, name, probs, tail = _read_bank(path_or_dataset)
+    bounds, _vocab = _bounds_of(ds, name, probs, tail, vocab)
+    return probs, tail, bounds
+
+
+def _bank_vocab(ds: xr.Dataset) -> int | None:
+    """The ``vocab`` attribute of a bank as an int (None when unknown)."""
+    text = str(ds.attrs.get("vocab", ""))
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _bounds_of(ds: xr.Dataset, name: str, probs: np.ndarray, tail: np.ndarray,
+               vocab: int | None) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                 np.ndarray], int | None]:
+    """Bounds of an opened bank (see :func:`bank_bounds`) and the vocabulary behind them."""
+    vocab = _check_positive_int(vocab, "vocab")
+    if vocab is None and all(v in ds.variables for v in _BOUND_NAMES):
+        bounds = tuple(np.asarray(ds[v].values, dtype=np.float64) for v in _BOUND_NAMES)
+        _validate_bounds(name, probs.shape[0], bounds)
+        return bounds, _bank_vocab(ds)  # type: ignore[return-value]
+    if vocab is None:
+        vocab = _bank_vocab(ds)
+    if vocab is not None:
+        count = (probs > 0).sum(axis=1)
+        q = probs[np.arange(probs.shape[0]), count - 1]
+        for i, msg in enumerate(_first_issue(_vocab_checks(count, tail, q, vocab),
+                                             probs.shape[0])):
+            if msg is not None:
+                raise UserError(f"{name}: position {i}: {msg}")
+    return entropy_bounds(probs, tail, vocab), vocab
+
+
+def _validate_bounds(name: str, n: int, bounds: Sequence[np.ndarray]) -> None:
+    """Raise UserError naming the first bad stored bound of a bank."""
+    for var, values in zip(_BOUND_NAMES, bounds):
+        if values.shape != (n,):
+            raise UserError(f"{name}: '{var}' must have shape ({n},) like 'tail_mass', "
+                            f"got {values.shape}")
+    h_lo, h_hi, m_lo, m_hi = bounds
+    tol = 1e-9
+    checks: list[tuple[np.ndarray, Any]] = [
+        (np.isnan(np.column_stack(bounds)).any(axis=1), "NaN bound"),
+        (~np.isfinite(h_lo) | ~np.isfinite(m_lo), "infinite lower bound"),
+        ((h_lo < -tol) | (m_lo < -tol), "negative lower bound"),
+        ((h_hi < h_lo - tol) | (m_hi < m_lo - tol), "upper bound below the lower bound"),
+    ]
+    for i, msg in enumerate(_first_issue(checks, n)):
+        if msg is not None:
+            raise UserError(f"{name}: position {i}: {msg}")
+
+
+def bank_entropies(path_or_dataset: str | os.PathLike[str] | xr.Dataset) -> np.ndarray:
+    """One entropy value per bank position, from its bounds (nats).
+
+    ``entropy_lower`` where ``entropy_upper`` is infinite (no vocabulary size: the lower
+    bound, the tail as concentrated as allowed, is then the only finite value), otherwise
+    the midpoint ``(entropy_lower + entropy_upper) / 2``. Bounds are those of
+    :func:`bank_bounds` (stored, or recomputed when the bank lacks them).
+    """
+    _probs, _tail, (lower, upper, _m_lo, _m_hi) = bank_bounds(path_or_dataset)
+    return np.where(np.isfinite(upper), 0.5 * (lower + upper), lower)
 
 
 def _validate_bank_rows(name: str, probs: np.ndarray, tail: np.ndarray) -> None:

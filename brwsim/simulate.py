@@ -62,7 +62,7 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     if not math.isfinite(t_start):
         t_start = math.log(1.5 * budgets[-1]) + 1.0
     visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                    spec.head_cap, key, first, count, budgets, t_start,
+                                    spec.cprog, spec.head_cap, key, first, count, budgets, t_start,
                                     acc, exp, dep)
     if visited < 0:
         raise UserError("more than 2**28 nodes tie at one path probability; use a budget "

@@ -73,10 +73,15 @@ class Spec(NamedTuple):
     ipar: np.ndarray
     data: np.ndarray
     head_cap: int
+    cprog: np.ndarray
 
 
-def compile_spec(comps: list[Component]) -> Spec:
-    """Pack components into a :class:`Spec`; ``ipar[:, 0:2]`` become (offset, length)."""
+def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spec:
+    """Pack components (and a context program) into a :class:`Spec`.
+
+    ``ipar[:, 0:2]`` become (offset, length) of each component's data block; ``cprog``
+    defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`).
+    """
     m = len(comps)
     fpar = np.zeros((m, NF))
     ipar = np.zeros((m, NI), np.int64)
@@ -94,7 +99,8 @@ def compile_spec(comps: list[Component]) -> Spec:
     w = np.array([comp.weight for comp in comps], dtype=np.float64)
     data = np.concatenate(blocks) if blocks else np.zeros(0)
     return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
-                max(comp.head_cap for comp in comps))
+                max(comp.head_cap for comp in comps),
+                np.zeros(1) if cprog is None else np.asarray(cprog, dtype=np.float64))
 
 
 def distribution_moments(q: np.ndarray) -> tuple[float, float]:
@@ -154,9 +160,13 @@ class Family:
         """
         raise NotImplementedError
 
+    def context_program(self, beta: float = 1.0) -> np.ndarray:
+        """The context program of the kernels (``[0]``: i.i.d. nodes)."""
+        return np.zeros(1)
+
     def spec(self) -> Spec:
         """The compiled numba form of this family."""
-        return compile_spec(self.components(1.0))
+        return compile_spec(self.components(1.0), self.context_program(1.0))
 
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         """mu and mu2 by Monte Carlo over ``n`` exact samples (default: by vocabulary).

@@ -31,6 +31,10 @@ class Mixture(Family):
         if not isinstance(families, (list, tuple)) or not families:
             raise UserError("mixture needs a non-empty list of families")
         self.families = [_as_family(f, f"families[{i}]") for i, f in enumerate(families)]
+        for i, f in enumerate(self.families):
+            if len(f.context_program()) > 1:
+                raise UserError(f"families[{i}]: a mixture of context-dependent families is not "
+                                "supported; use markovregime(persistence=0) for an i.i.d. mix")
         w = np.ones(len(families)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
         if w.size != len(self.families):
             raise UserError(f"mixture has {len(self.families)} families but {w.size} weights")
@@ -82,6 +86,9 @@ class Tempered(Family):
 
     def components(self, beta: float = 1.0) -> list[Component]:
         return self.family.components(beta / self.T)
+
+    def context_program(self, beta: float = 1.0) -> np.ndarray:
+        return self.family.context_program(beta / self.T)
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         return self.family.sample_full(rng, beta / self.T)

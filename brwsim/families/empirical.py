@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xarray as xr
 
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
@@ -63,9 +65,10 @@ class Empirical(Family):
 
     Parameters
     ----------
-    bank : array-like, str or path
+    bank : array-like, str, path or xarray.Dataset
         A (rows, k) array of probabilities (a row may sum below 1: the rest is tail
-        mass outside any tree), or a bank file written by ``brwsim import-logprobs``.
+        mass outside any tree), or a bank written by ``brwsim import-logprobs`` (its
+        file or Dataset).
 
     Moments are exact averages over the rows (listed tokens only).
     """
@@ -77,10 +80,10 @@ class Empirical(Family):
         if source is None:
             raise UserError("empirical needs a bank: an array of rows or path=<bank.nc>")
         self.path = None
-        if isinstance(source, (str, Path)):
+        if isinstance(source, (str, Path, xr.Dataset)):
             from brwsim.logprobs import load_bank
 
-            self.path = str(source)
+            self.path = None if isinstance(source, xr.Dataset) else str(source)
             probs, _tail = load_bank(source)
             source = probs
         self.rows = validate_rows(source)
@@ -129,10 +132,15 @@ class EntropyTarget(Family):
 
     Parameters
     ----------
-    entropies : array-like or frozen scipy.stats distribution
+    entropies : array-like, frozen scipy.stats distribution, bank path or bank Dataset
         Entropy samples in nats (e.g. measured from a real model; each node picks one
         uniformly), or a distribution, discretised at 4096 quantile midpoints and clipped
-        to the shape's range.
+        to the shape's range, or a bank written by ``brwsim import-logprobs`` (a path, str
+        or ``os.PathLike``, or the ``xarray.Dataset``): one value per position, its
+        ``entropy_lower`` where ``entropy_upper`` is infinite (bank without a vocabulary
+        size) and ``(entropy_lower + entropy_upper) / 2`` otherwise
+        (:func:`brwsim.logprobs.bank_entropies`), clipped to the shape's range
+        ``[0, log(vocab)]`` (Zipf) or ``[0, inf)`` (geometric).
     shape : {"geometric", "zipf"}
         q_i = (1 - r) r**i (infinite vocabulary), or q_i proportional to i**-s over
         ``vocab`` tokens. The parameter is solved per entropy value by safeguarded
@@ -156,6 +164,16 @@ class EntropyTarget(Family):
             self.vocab = None
             hmax = math.inf
         self._source = entropies if hasattr(entropies, "ppf") else None
+        if isinstance(entropies, (str, os.PathLike, xr.Dataset)):
+            from brwsim.logprobs import bank_entropies
+
+            if not isinstance(entropies, xr.Dataset):
+                self._source = entropies = str(entropies)
+                if not Path(entropies).is_file():
+                    raise UserError(f"entropies: no such bank file {entropies!r} (give entropy "
+                                    "values in nats, a distribution such as lognorm(s=0.5), "
+                                    "or a bank written by brwsim import-logprobs)")
+            entropies = np.clip(bank_entropies(entropies), 0.0, hmax)
         self.entropies = _entropy_values(entropies, hmax)
         code = 0 if shape == "geometric" else 1
         vocab_i = self.vocab or 0
@@ -164,7 +182,10 @@ class EntropyTarget(Family):
             [K.entropy_shape_param(code, h, vocab_i, 0.0, hi) for h in self.entropies])
 
     def params(self) -> dict[str, Any]:
-        src = repr(self._source) if self._source is not None else self.entropies.tolist()
+        if isinstance(self._source, str):
+            src: Any = self._source
+        else:
+            src = repr(self._source) if self._source is not None else self.entropies.tolist()
         out: dict[str, Any] = {"entropies": src, "shape": self.shape}
         if self.vocab is not None:
             out["vocab"] = self.vocab

@@ -22,6 +22,7 @@ from scipy import stats
 from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.families.combinators import Mixture, Tempered
+from brwsim.families.contextual import CorrelatedEntropy, DepthDrift, MarkovRegime
 from brwsim.families.empirical import Empirical, EntropyTarget
 from brwsim.families.parametric import Dirichlet, Fixed, Geometric, Peaked, SoftmaxNormal, Uniform, Zipf
 
@@ -29,7 +30,8 @@ __all__ = ["FAMILIES", "DEFAULT_FAMILY", "parse_family"]
 
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls for cls in (Uniform, Fixed, Geometric, Zipf, Dirichlet, SoftmaxNormal, Peaked,
-                              Mixture, EntropyTarget, Tempered, Empirical)
+                              Mixture, EntropyTarget, Tempered, Empirical, MarkovRegime, DepthDrift,
+                              CorrelatedEntropy)
 }
 
 #: The default of ``brwsim run``: an LLM-like mixture of near-certain and diffuse positions.

@@ -14,7 +14,22 @@ exhausted. Ranks come out in non-increasing order, and no call costs O(vocab) un
 family is exact-by-construction at small vocabularies.
 
 Level layout: ``li[d, 0]`` effective kind, ``li[d, 1]`` next rank, ``li[d, 2]`` component,
-``li[d, 3]`` kind-specific; ``lf[d, 0..7]`` kind-specific.
+``li[d, 3]`` kind-specific, ``li[d, CTX_I]`` the node's context (regime, depth);
+``lf[d, 0..5]`` kind-specific, ``lf[d, CTX_F]`` the node's latent context value.
+
+Context-dependent environments add a *context program* ``cprog`` (float64): how a node's
+context follows from its parent's and how it selects the node's components. Every random
+number still comes from the node's key (purpose REGIME), so the environment remains a
+function of (seed, path):
+
+* ``CTX_NONE``: ``[0]``; i.i.d. nodes.
+* ``CTX_REGIME``: ``[1, K, T (K x K cumulative rows), pi (K cumulative), lo_0, hi_0, ...]``:
+  a Markov regime; the root draws from pi, a child from its parent's row of T; the node's
+  components are ``[lo_k, hi_k)``.
+* ``CTX_DEPTH``: ``[2, D, lo_0, hi_0, ...]``: the node at depth d below the current root uses
+  range ``min(d, D - 1)``.
+* ``CTX_AR1``: ``[3, rho]``: a latent z, N(0, 1) at the root and rho z_parent +
+  sqrt(1 - rho^2) N(0, 1) below; an ENTROPY component takes its value at quantile Phi(z).
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ import math
 from brwsim.kernels import kernel
 import numpy as np
 
-from brwsim.kernels.rng import DIST, gamma, mix, purpose_key, unit
+from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
 
 UNIFORM = 0
@@ -40,7 +55,13 @@ ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, param
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
 LEVEL_F = 8     # float state per level
-LEVEL_I = 4     # int state per level
+LEVEL_I = 6     # int state per level
+CTX_F = 6       # lf slot of the latent context value
+CTX_I = 4       # li slot of the context (regime, depth)
+
+CTX_NONE, CTX_REGIME, CTX_DEPTH, CTX_AR1 = 0, 1, 2, 3
+ROOT_DRAW = -1      # ``pd`` of a root whose context is drawn from the stationary law
+ROOT_PRESET = -2    # ``pd`` of a root whose context the caller has written into its level
 
 EMPTY = -1      # a level proven to have no rank above the caller's cut-off
 
@@ -180,19 +201,74 @@ def entropy_shape_param(shape, h, vocab, lo, hi):
 
 
 @kernel
-def dist_init(kinds, cw, fpar, ipar, data, key, d, lf, li, head, min_logq):
+def _pick(cw, lo, hi, u):
+    """Component in [lo, hi) with probability proportional to its weight (cw cumulative)."""
+    base = cw[lo - 1] if lo > 0 else 0.0
+    target = base + u * (cw[hi - 1] - base)
+    c = lo
+    while c < hi - 1 and target > cw[c]:
+        c += 1
+    return c
+
+
+@kernel
+def _context(cprog, key, d, lf, li, pd):
+    """Write the node's context into level ``d``; return its component range and quantile.
+
+    Returns (lo, hi, u_ctx): the node picks its component in [lo, hi) (hi = -1: all) and an
+    ENTROPY component uses quantile u_ctx (-1: its own uniform).
+    """
+    kind = int(cprog[0])
+    if kind == CTX_NONE:
+        return 0, -1, -1.0
+    rk = purpose_key(key, REGIME)
+    if kind == CTX_AR1:
+        if pd >= 0:
+            rho = cprog[1]
+            z = rho * lf[pd, CTX_F] + math.sqrt(1.0 - rho * rho) * normal(rk, 0)
+        elif pd == ROOT_DRAW:
+            z = normal(rk, 0)
+        else:
+            z = lf[d, CTX_F]
+        lf[d, CTX_F] = z
+        return 0, -1, 0.5 * math.erfc(-z / math.sqrt(2.0))
+    n = int(cprog[1])
+    if kind == CTX_DEPTH:
+        if pd >= 0:
+            li[d, CTX_I] = li[pd, CTX_I] + 1
+        elif pd == ROOT_DRAW:
+            li[d, CTX_I] = 0
+        k = min(li[d, CTX_I], n - 1)
+        return int(cprog[2 + 2 * k]), int(cprog[3 + 2 * k]), -1.0
+    # CTX_REGIME: transition rows at 2.., stationary at 2 + n*n.., ranges after
+    if pd >= 0 or pd == ROOT_DRAW:
+        row = 2 + n * n if pd == ROOT_DRAW else 2 + n * li[pd, CTX_I]
+        u = unit(rk, 0) * cprog[row + n - 1]
+        k = 0
+        while k < n - 1 and u > cprog[row + k]:
+            k += 1
+        li[d, CTX_I] = k
+    k = li[d, CTX_I]
+    base = 2 + n * n + n
+    return int(cprog[base + 2 * k]), int(cprog[base + 2 * k + 1]), -1.0
+
+
+@kernel
+def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq, pd, rank):
     """Set up level ``d`` with the distribution of the node whose key is ``key``.
 
+    ``pd`` is the parent's level (its context is the input of this node's), or ROOT_DRAW /
+    ROOT_PRESET for a root; ``rank`` is the node's rank among its parent's children.
     ``min_logq`` is the caller's cut-off: ranks with a smaller log-probability will not
     be used, so a family may mark the level EMPTY once it proves none reaches it.
     """
     dk = purpose_key(key, DIST)
-    c = 0
-    m = kinds.shape[0]
-    if m > 1:
-        u = unit(dk, 0) * cw[m - 1]
-        while c < m - 1 and u > cw[c]:
-            c += 1
+    lo, hi, u_ctx = _context(cprog, key, d, lf, li, pd)
+    if hi < 0:
+        hi = kinds.shape[0]
+    c = lo
+    if hi - lo > 1:
+        c = _pick(cw, lo, hi, unit(dk, 0))
     kind = kinds[c]
     li[d, 0] = kind
     li[d, 1] = 0
@@ -222,7 +298,8 @@ def dist_init(kinds, cw, fpar, ipar, data, key, d, lf, li, head, min_logq):
     elif kind == ENTROPY:
         # data holds (shape parameter, log normaliser) per entropy value, tempered
         off, n_vals = ipar[c, 0], ipar[c, 1] // 2
-        i = off + 2 * min(int(unit(dk, 1) * n_vals), n_vals - 1)
+        u = u_ctx if u_ctx >= 0.0 else unit(dk, 1)
+        i = off + 2 * min(int(u * n_vals), n_vals - 1)
         if ipar[c, 2] == 0:
             r = data[i]
             lf[d, 0] = math.log(r) if r > 0.0 else NEG_INF

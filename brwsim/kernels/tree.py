@@ -23,7 +23,7 @@ import numba as nb
 from brwsim.kernels import kernel
 import numpy as np
 
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I, dist_init, dist_next
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 
 _SCALE = 1099511627776.0          # 2**40: fixed-point limb
@@ -42,12 +42,13 @@ def _new_levels(n_levels, head_cap):
 
 
 @kernel
-def _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
+def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, pos, dep, onpath,
              keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
     """Nodes with S <= t below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
-    The per-level buffers (``keys`` .. ``head``) are never rebound here, which keeps
-    reference counting out of the loop. Returns the number of nodes, ``_ABORT`` if more
+    ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
+    ROOT_PRESET (already written into level 0 by the caller, for generation runs). The
+    per-level buffers (``keys`` .. ``head``) are never rebound here. Returns the number of nodes, ``_ABORT`` if more
     than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
     """
     n_levels = keys.shape[0]
@@ -56,7 +57,7 @@ def _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
     on_lev[0] = 1
     u_lev[0] = unit(purpose_key(rkey, PATH), 0)
     c_lev[0] = 0.0
-    dist_init(kinds, cw, fpar, ipar, data, rkey, 0, lf, li, head, -t)
+    dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
     n = 0
     d = 0
     while d >= 0:
@@ -79,7 +80,8 @@ def _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
         dep[n] = d + 1
         onpath[n] = child_on
         n += 1
-        ck = child_key(keys[d], li[d, 1] - 1)
+        rank = li[d, 1] - 1
+        ck = child_key(keys[d], rank)
         d += 1
         keys[d] = ck
         s_lev[d] = sc
@@ -87,7 +89,7 @@ def _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
         if child_on == 1:
             u_lev[d] = unit(purpose_key(ck, PATH), 0)
             c_lev[d] = 0.0
-        dist_init(kinds, cw, fpar, ipar, data, ck, d, lf, li, head, sc - t)
+        dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
     return n
 
 
@@ -175,7 +177,7 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
 
 
 @nb.njit(cache=True)
-def simulate_chunk(kinds, cw, fpar, ipar, data, head_cap, seed_key, it0, n_it, budgets,
+def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, budgets,
                    t_start, acc_out, exp_out, dep_out):
     """Optimal trees of iterations it0 .. it0 + n_it - 1 into column i of the outputs.
 
@@ -197,8 +199,8 @@ def simulate_chunk(kinds, cw, fpar, ipar, data, head_cap, seed_key, it0, n_it, b
         t_lo = -np.inf
         t_hi = np.inf
         while True:
-            n = _collect(kinds, cw, fpar, ipar, data, rkey, t, cap, pos, dep, onpath,
-                         keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+            n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, ROOT_DRAW, t, cap, pos, dep,
+                         onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
             if n == _TOO_DEEP:
                 n_levels *= 2
                 keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
