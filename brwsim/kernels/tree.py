@@ -23,7 +23,7 @@ import numba as nb
 from brwsim.kernels import kernel
 import numpy as np
 
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
+from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 
 _SCALE = 1099511627776.0          # 2**40: fixed-point limb
@@ -177,58 +177,82 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
 
 
 @nb.njit(cache=True)
+def new_workspace(p_max, head_cap):
+    """Buffers of one worker: node arrays (6 P_max + 64) and 256 levels (both grow on demand)."""
+    cap = 6 * p_max + 64
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(256, head_cap)
+    return (np.empty(cap), np.empty(cap, np.int32), np.empty(cap, np.int8), np.empty(cap, np.int32),
+            keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+
+
+@nb.njit(cache=True)
+def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, root_ci, root_cf,
+              budgets, t, ws, acc_out, exp_out, dep_out, col):
+    """The optimal trees of one root for every budget, into column ``col`` of the outputs.
+
+    The threshold ``t`` is adapted between passes (it only changes the speed, never the
+    result). With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
+    Returns (nodes visited, next threshold, workspace), or visited = -1 when more than
+    MAX_NODES nodes tie at one position.
+    """
+    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = ws
+    p_max = budgets[budgets.shape[0] - 1]
+    cap = pos.shape[0]
+    visited = 0
+    t_lo = -np.inf
+    t_hi = np.inf
+    while True:
+        li[0, CTX_I] = root_ci
+        lf[0, CTX_F] = root_cf
+        n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, pos, dep,
+                     onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+        if n == _TOO_DEEP:
+            keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
+            continue
+        if n == _ABORT:
+            visited += cap
+            t_hi = t
+            if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
+                t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
+            else:                   # a huge tie at one position: widen the buffers
+                if 2 * cap > MAX_NODES:
+                    return -1, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+                cap *= 2
+                pos = np.empty(cap)
+                dep = np.empty(cap, np.int32)
+                onpath = np.empty(cap, np.int8)
+                order = np.empty(cap, np.int32)
+            continue
+        visited += n
+        if n < p_max:
+            t_lo = t
+            if t_hi < np.inf:
+                t = 0.5 * (t_lo + t_hi)
+            else:
+                t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
+            continue
+        break
+    _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
+    if n > 2 * p_max:               # aim the next pass at about 1.5 P_max nodes
+        t -= 0.5 * math.log(n / (1.5 * p_max))
+    return visited, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+
+
+@nb.njit(cache=True)
 def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, budgets,
                    t_start, acc_out, exp_out, dep_out):
-    """Optimal trees of iterations it0 .. it0 + n_it - 1 into column i of the outputs.
+    """Optimal trees of iterations it0 .. it0 + n_it - 1 (roots drawn from the stationary law).
 
-    The threshold is adapted between passes (it only changes the speed, never the
-    result). Returns (nodes visited by all passes, final threshold).
+    Returns (nodes visited by all passes, final threshold), or (-1, t) on a huge tie.
     """
-    p_max = budgets[budgets.shape[0] - 1]
-    cap = 6 * p_max + 64
-    pos = np.empty(cap)
-    dep = np.empty(cap, np.int32)
-    onpath = np.empty(cap, np.int8)
-    order = np.empty(cap, np.int32)
-    n_levels = 256
-    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+    ws = new_workspace(budgets[budgets.shape[0] - 1], head_cap)
     t = t_start
     visited = 0
     for col in range(n_it):
-        rkey = root_key(seed_key, it0 + col)
-        t_lo = -np.inf
-        t_hi = np.inf
-        while True:
-            n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, ROOT_DRAW, t, cap, pos, dep,
-                         onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
-            if n == _TOO_DEEP:
-                n_levels *= 2
-                keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
-                continue
-            if n == _ABORT:
-                visited += cap
-                t_hi = t
-                if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
-                    t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
-                else:                   # a huge tie at one position: widen the buffers
-                    if 2 * cap > MAX_NODES:
-                        return -1, t
-                    cap *= 2
-                    pos = np.empty(cap)
-                    dep = np.empty(cap, np.int32)
-                    onpath = np.empty(cap, np.int8)
-                    order = np.empty(cap, np.int32)
-                continue
-            visited += n
-            if n < p_max:
-                t_lo = t
-                if t_hi < np.inf:
-                    t = 0.5 * (t_lo + t_hi)
-                else:
-                    t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
-                continue
-            break
-        _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
-        if n > 2 * p_max:               # aim the next pass at about 1.5 P_max nodes
-            t -= 0.5 * math.log(n / (1.5 * p_max))
+        v, t, ws = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap,
+                             root_key(seed_key, it0 + col), ROOT_DRAW, 0, 0.0, budgets, t, ws,
+                             acc_out, exp_out, dep_out, col)
+        if v < 0:
+            return -1, t
+        visited += v
     return visited, t
