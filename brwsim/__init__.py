@@ -5,11 +5,15 @@ __version__ = "0.1.0"
 from brwsim.errors import UserError
 from brwsim.families import (
     CorrelatedEntropy, DepthDrift, Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometric,
-    MarkovRegime, Mixture, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
+    MarkovRegime, Mixture, NGram, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
 )
 from brwsim.simulate import simulate, summarize
+from brwsim import policies
+from brwsim.generate import generate, path_moments
+from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
+from brwsim.sweep import sweep
 
 __all__ = ["__version__", "UserError", "simulate", "summarize", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
-           "CorrelatedEntropy"]
+           "CorrelatedEntropy", "NGram"]

@@ -30,22 +30,22 @@ from brwsim.simulate import seed_key, validate_budgets
 __all__ = ["generate", "path_moments", "PathMoments"]
 
 
-def generate(family: Family, budget: int, tokens: int, seed: int = 0, *, policy=None,
-             run: int = 0) -> xr.Dataset:
+def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000, seed: int = 0,
+             *, run: int = 0) -> xr.Dataset:
     """Simulate producing ``tokens`` tokens with the optimal tree of ``budget`` nodes per call.
 
     Parameters
     ----------
     family : Family
         Any family; context-dependent ones carry their context from call to call.
+    policy : Policy or str, optional
+        ``None``, ``"optimal"`` or ``Optimal()``: generation runs use the optimal tree.
     budget : int
         Draft budget P of every call.
     tokens : int
         Tokens to produce (the run stops at the first call that reaches it).
     seed, run : int
         Root seed, and which run of that seed (runs are independent).
-    policy : optional
-        Only ``None`` / ``Optimal()`` is supported by generation runs.
 
     Returns
     -------
@@ -54,8 +54,12 @@ def generate(family: Family, budget: int, tokens: int, seed: int = 0, *, policy=
         ``depth``, ``root_context`` (regime / depth index) and ``root_latent`` (AR(1) latent);
         attributes ``tokens_per_call`` (produced tokens / calls) and ``calls``.
     """
+    if isinstance(policy, str):
+        from brwsim.policies import parse_policy
+
+        policy = parse_policy(policy)
     if policy is not None and type(policy).__name__ != "Optimal":
-        raise UserError("generate supports the optimal policy only")
+        raise UserError(f"generate supports the optimal policy only, got {policy!r}")
     if not isinstance(family, Family):
         raise UserError(f"family must be a brwsim family, got {family!r}")
     b = validate_budgets([budget])

@@ -71,7 +71,8 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
 
 
 def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: int, seed: int = 0,
-             *, progress: bool = False, command: str = "") -> xr.Dataset:
+             *, policies: Sequence[Any] | None = None, progress: bool = False,
+             command: str = "") -> xr.Dataset:
     """Optimal trees of every budget on ``iterations`` independent roots of ``family``.
 
     One best-first (threshold) pass per iteration serves every budget: the optimal trees
@@ -89,6 +90,10 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         Number of independent trees.
     seed : int, default 0
         Root seed (any non-negative integer).
+    policies : sequence of Policy or str, optional
+        Drafting policies (:mod:`brwsim.policies`, or their string forms) evaluated on the
+        same environment and sampled paths; adds a leading ``policy`` dimension (labelled
+        by the string forms). Without it, the optimal tree only and no policy dimension.
     progress : bool, default False
         Show a tqdm progress bar.
     command : str, optional
@@ -109,9 +114,12 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         raise UserError(f"iterations must be a positive integer, got {iterations!r}")
     key = seed_key(seed)
     spec = family.spec()
-    acc = np.empty((b.size, iterations), np.int32)
-    exp = np.empty((b.size, iterations))
-    dep = np.empty((b.size, iterations), np.int32)
+    pols = _policies(policies)
+    runners = [None if type(p).__name__ == "Optimal" else p for p in pols]
+    shape = (len(runners), b.size, iterations)
+    acc = np.empty(shape, np.int32)
+    exp = np.empty(shape)
+    dep = np.empty(shape, np.int32)
     t = math.nan
     bar = None
     if progress:
@@ -120,39 +128,74 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
     for first in range(0, iterations, _CHUNK):
         count = min(_CHUNK, iterations - first)
-        a, e, d, _, t = run_iterations(spec, b, key, first, count, t)
-        acc[:, first:first + count] = a
-        exp[:, first:first + count] = e
-        dep[:, first:first + count] = d
+        cols = slice(first, first + count)
+        for i, pol in enumerate(runners):
+            if pol is None:
+                acc[i, :, cols], exp[i, :, cols], dep[i, :, cols], _, t = run_iterations(
+                    spec, b, key, first, count, t)
+            else:
+                acc[i, :, cols], exp[i, :, cols], dep[i, :, cols] = pol.run(spec, b, key, first, count)
         if bar is not None:
             bar.update(count)
     if bar is not None:
         bar.close()
+    if policies is None:
+        acc, exp, dep = acc[0], exp[0], dep[0]
     config = {"family": repr(family), "budgets": b.tolist(), "iterations": int(iterations),
               "seed": str(int(seed))}
-    return make_dataset(family, b, acc, exp, dep, config, int(seed), command)
+    ds = make_dataset(family, b, acc, exp, dep, config, int(seed), command,
+                      policies=None if policies is None else [repr(p) for p in pols])
+    return ds
+
+
+def _policies(policies: Sequence[Any] | None) -> list[Any]:
+    """Policies from objects or string forms (``[Optimal()]`` when None)."""
+    from brwsim.policies import Optimal, Policy, parse_policy
+
+    if policies is None:
+        return [Optimal()]
+    if isinstance(policies, (str, Policy)):
+        policies = [policies]
+    out = [parse_policy(p) if isinstance(p, str) else p for p in policies]
+    for p in out:
+        if not isinstance(p, Policy):
+            raise UserError(f"policies must be brwsim policies or their string forms, got {p!r}")
+    if not out:
+        raise UserError("policies must not be empty")
+    labels = [repr(p) for p in out]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"policies must be distinct, got {labels}")
+    return out
 
 
 def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.ndarray,
-                 dep: np.ndarray, config: dict[str, Any], seed: int, command: str = "") -> xr.Dataset:
-    """Wrap per-iteration arrays, the family's moments and the paper's bound in a Dataset."""
+                 dep: np.ndarray, config: dict[str, Any], seed: int, command: str = "",
+                 policies: list[str] | None = None) -> xr.Dataset:
+    """Wrap per-iteration arrays, the family's moments and the paper's bound in a Dataset.
+
+    With ``policies`` (labels) the arrays carry a leading ``policy`` dimension.
+    """
     from brwsim.theory import paper_bound
 
     mom = family.moments()
     pred_num, pred_asy = predictions(family, budgets)
-    n_it = acc.shape[1]
+    n_it = acc.shape[-1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
                                              "units": "1"}),
               "iteration": ("iteration", np.arange(n_it), {"long_name": "independent tree index",
                                                            "units": "1"})}
+    dims = ("budget", "iteration")
+    if policies is not None:
+        coords["policy"] = ("policy", policies, {"long_name": "drafting policy (string form)", "units": "1"})
+        dims = ("policy",) + dims
     one = lambda v, name, units: xr.Variable((), v, {"long_name": name, "units": units})  # noqa: E731
     data = {
-        "accepted": xr.Variable(("budget", "iteration"), acc, {
+        "accepted": xr.Variable(dims, acc, {
             "long_name": "accepted draft tokens X (sampled target path inside the optimal tree)",
             "units": "1"}),
-        "expected_accepted": xr.Variable(("budget", "iteration"), exp, {
+        "expected_accepted": xr.Variable(dims, exp, {
             "long_name": "E[X | T_P]: sum of path probabilities over the optimal tree", "units": "1"}),
-        "depth": xr.Variable(("budget", "iteration"), dep, {
+        "depth": xr.Variable(dims, dep, {
             "long_name": "depth of the deepest node of the optimal tree", "units": "1"}),
         "mu": one(mom.mu, "mean entropy E[H(q)] (spine step mean)", "nat"),
         "mu2": one(mom.mu2, "E[sum_i q_i (log q_i)^2] (spine step second moment)", "nat2"),

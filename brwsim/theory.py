@@ -228,7 +228,8 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
         A :class:`SpineSteps` (returned as is) or a family. Exact atoms for ``Uniform`` (``.k``),
         ``Fixed`` (``.probs``), ``Geometric`` (``.r``; atoms truncated where the remaining mass
         drops below 1e-16), ``Empirical`` (``.rows``, each row equally likely) and ``Zipf``
-        with ``spread == 0``, recognised by class name and attribute. Any other family needs
+        with ``spread == 0``, recognised by class name and attribute; a family with a
+        ``spine_steps()`` method (e.g. ``NGram``) supplies its own. Any other family needs
         ``sample_full(rng)``.
     n : int
         Number of distributions to sample for a family without atoms (capped so that at most
@@ -250,6 +251,8 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
     """
     if isinstance(family, SpineSteps):
         return family
+    if callable(getattr(family, "spine_steps", None)):  # a family that knows its exact law
+        return family.spine_steps()
     name = type(family).__name__
     if name == "Uniform" and hasattr(family, "k"):
         k = int(family.k)
@@ -286,39 +289,48 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
 def _sampled_steps(
     family, n: int, rng: np.random.Generator, head: int = 32, draws: int = 8
 ) -> SpineSteps:
-    """Sampled spine steps: exact head atoms plus tail draws (see :func:`spine_steps`)."""
+    """Sampled spine steps: exact head atoms plus tail draws (see :func:`spine_steps`).
+
+    Distributions are processed in chunks whose zero-padded size stays below 1e7 entries,
+    so a family with occasional very long distributions cannot exhaust memory.
+    """
     first = np.asarray(family.sample_full(rng), dtype=float)
     n = max(1, min(n, int(1e8) // max(first.size, 1)))
-    chunk = max(1, int(1e7) // max(first.size, 1))
-    values, weights = [], []
-    for lo in range(0, n, chunk):
-        rows = [first] if lo == 0 else []
-        rows += [
-            np.asarray(family.sample_full(rng), dtype=float)
-            for _ in range(min(chunk, n - lo) - len(rows))
-        ]
-        q = np.zeros((len(rows), max(r.size for r in rows)))
-        for i, r in enumerate(rows):
-            q[i, : r.size] = r
-        top = q[:, :head]
-        values.append(-np.log(top[top > 0]))
-        weights.append(top[top > 0] / n)
-        tail = q[:, head:]
-        mass = tail.sum(axis=1)
-        rows_with_tail = np.flatnonzero(mass > 0)
-        if rows_with_tail.size:
-            # draws J ~ q restricted to the tail, all rows at once: row i searches in
-            # [i, i + 1), below its last cdf value so that J never lands on a zero
-            tail, mass = tail[rows_with_tail], mass[rows_with_tail]
-            cdf = (np.cumsum(tail, axis=1) / mass[:, None]).clip(max=1.0)
-            u = rng.random((len(tail), draws)) * cdf[:, -1:]
-            offset = np.arange(len(tail))[:, None]
-            flat = np.searchsorted(
-                (cdf + offset).ravel(), (u + offset).ravel(), side="right"
-            )
-            values.append(-np.log(tail.ravel()[flat]))
-            weights.append(np.repeat(mass / (draws * n), draws))
+    values: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    rows, width = [first], first.size
+    for _ in range(n - 1):
+        row = np.asarray(family.sample_full(rng), dtype=float)
+        if (len(rows) + 1) * max(width, row.size) > 1e7:
+            _chunk_steps(rows, n, head, draws, rng, values, weights)
+            rows, width = [], 0
+        rows.append(row)
+        width = max(width, row.size)
+    _chunk_steps(rows, n, head, draws, rng, values, weights)
     return SpineSteps(np.concatenate(values), np.concatenate(weights), exact=False)
+
+
+def _chunk_steps(rows, n, head, draws, rng, values, weights) -> None:
+    """Append the head atoms and tail draws of one chunk of sampled distributions."""
+    q = np.zeros((len(rows), max(r.size for r in rows)))
+    for i, r in enumerate(rows):
+        q[i, : r.size] = r
+    top = q[:, :head]
+    values.append(-np.log(top[top > 0]))
+    weights.append(top[top > 0] / n)
+    tail = q[:, head:]
+    mass = tail.sum(axis=1)
+    rows_with_tail = np.flatnonzero(mass > 0)
+    if rows_with_tail.size:
+        # draws J ~ q restricted to the tail, all rows at once: row i searches in
+        # [i, i + 1), below its last cdf value so that J never lands on a zero
+        tail, mass = tail[rows_with_tail], mass[rows_with_tail]
+        cdf = (np.cumsum(tail, axis=1) / mass[:, None]).clip(max=1.0)
+        u = rng.random((len(tail), draws)) * cdf[:, -1:]
+        offset = np.arange(len(tail))[:, None]
+        flat = np.searchsorted((cdf + offset).ravel(), (u + offset).ravel(), side="right")
+        values.append(-np.log(tail.ravel()[flat]))
+        weights.append(np.repeat(mass / (draws * n), draws))
 
 
 # --------------------------------------------------------------------------------------

@@ -12,10 +12,11 @@ from brwsim.families.base import Family, Moments
 from brwsim.families.combinators import Mixture, Tempered
 from brwsim.families.contextual import CorrelatedEntropy, DepthDrift, MarkovRegime
 from brwsim.families.empirical import Empirical, EntropyTarget
+from brwsim.families.ngram import NGram
 from brwsim.families.parametric import Dirichlet, Fixed, Geometric, Peaked, SoftmaxNormal, Uniform, Zipf
 from brwsim.families.parse import FAMILIES, DEFAULT_FAMILY, parse_family
 
 __all__ = ["Family", "Moments", "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet",
            "SoftmaxNormal", "Peaked", "Mixture", "EntropyTarget", "Tempered", "Empirical",
-           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "FAMILIES", "DEFAULT_FAMILY",
+           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "FAMILIES", "DEFAULT_FAMILY",
            "parse_family"]

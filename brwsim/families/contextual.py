@@ -30,7 +30,8 @@ def _families(families: Any, what: str) -> list[Family]:
     for i, f in enumerate(families):
         if not isinstance(f, Family):
             raise UserError(f"families[{i}] must be a family, got {f!r}")
-        if isinstance(f, (MarkovRegime, DepthDrift, CorrelatedEntropy)):
+        if (isinstance(f, (MarkovRegime, DepthDrift, CorrelatedEntropy))
+                or len(f.context_program()) > 1):
             raise UserError(f"families[{i}]: context-dependent families do not nest")
     return list(families)
 

@@ -24,6 +24,7 @@ from brwsim.families.base import Family
 from brwsim.families.combinators import Mixture, Tempered
 from brwsim.families.contextual import CorrelatedEntropy, DepthDrift, MarkovRegime
 from brwsim.families.empirical import Empirical, EntropyTarget
+from brwsim.families.ngram import NGram
 from brwsim.families.parametric import Dirichlet, Fixed, Geometric, Peaked, SoftmaxNormal, Uniform, Zipf
 
 __all__ = ["FAMILIES", "DEFAULT_FAMILY", "parse_family"]
@@ -31,7 +32,7 @@ __all__ = ["FAMILIES", "DEFAULT_FAMILY", "parse_family"]
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls for cls in (Uniform, Fixed, Geometric, Zipf, Dirichlet, SoftmaxNormal, Peaked,
                               Mixture, EntropyTarget, Tempered, Empirical, MarkovRegime, DepthDrift,
-                              CorrelatedEntropy)
+                              CorrelatedEntropy, NGram)
 }
 
 #: The default of ``brwsim run``: an LLM-like mixture of near-certain and diffuse positions.
@@ -44,7 +45,7 @@ _TOKEN = re.compile(r"""\s*(?:(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(
                      |(?P<word>[^\s()\[\],='"]+))""", re.VERBOSE)
 
 
-def _tokens(text: str) -> list[tuple[str, str, int]]:
+def _tokens(text: str, what: str = "family") -> list[tuple[str, str, int]]:
     out = []
     pos = 0
     while pos < len(text):
@@ -52,7 +53,7 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
             break
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise UserError(f"cannot parse family {text!r} at character {pos}")
+            raise UserError(f"cannot parse {what} {text!r} at character {pos}")
         kind = m.lastgroup
         out.append((kind, m.group(kind), m.start(kind)))
         pos = m.end()
@@ -60,9 +61,13 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    """Recursive-descent parser of the grammar above; ``build(name, args, kwargs)`` makes calls."""
+
+    def __init__(self, text: str, build=None, what: str = "family") -> None:
         self.text = text
-        self.toks = _tokens(text)
+        self.what = what
+        self.build = build or _build
+        self.toks = _tokens(text, what)
         self.i = 0
 
     def _peek(self) -> tuple[str, str, int] | None:
@@ -71,7 +76,7 @@ class _Parser:
     def _fail(self, what: str) -> UserError:
         tok = self._peek()
         where = f"at character {tok[2]}" if tok else "at the end"
-        return UserError(f"cannot parse family {self.text!r}: expected {what} {where}")
+        return UserError(f"cannot parse {self.what} {self.text!r}: expected {what} {where}")
 
     def _expect(self, punct: str) -> None:
         tok = self._peek()
@@ -131,19 +136,32 @@ class _Parser:
                     break
                 self.i += 1
         self._expect(")")
-        return _build(name, args, kwargs)
+        return self.build(name, args, kwargs)
+
+
+def bind_call(cls: type, key: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``cls(*args, **kwargs)``, with a wrong argument reported as one :class:`UserError` line."""
+    try:
+        inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        params = ", ".join(list(inspect.signature(cls.__init__).parameters)[1:])
+        raise UserError(f"{key}({params}): {exc}") from None
+    return cls(*args, **kwargs)
+
+
+def parse_text(text: str, build, what: str) -> Any:
+    """Parse one value of the grammar with ``build`` making calls; nothing may follow it."""
+    parser = _Parser(text, build, what)
+    out = parser.value()
+    if parser._peek() is not None:
+        raise parser._fail(f"the end of the {what}")
+    return out
 
 
 def _build(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     key = name.lower()
     if key in FAMILIES:
-        cls = FAMILIES[key]
-        try:
-            inspect.signature(cls.__init__).bind(None, *args, **kwargs)
-        except TypeError as exc:
-            params = ", ".join(list(inspect.signature(cls.__init__).parameters)[1:])
-            raise UserError(f"{key}({params}): {exc}") from None
-        return cls(*args, **kwargs)
+        return bind_call(FAMILIES[key], key, args, kwargs)
     dist = getattr(stats, key, None)
     if isinstance(dist, stats.rv_continuous):
         try:
@@ -170,10 +188,7 @@ def parse_family(text: str) -> Family:
     brwsim.errors.UserError
         On a syntax error, an unknown name, a wrong argument or an invalid value.
     """
-    parser = _Parser(text)
-    out = parser.value()
-    if parser._peek() is not None:
-        raise parser._fail("the end of the family")
+    out = parse_text(text, _build, "family")
     if not isinstance(out, Family):
         raise UserError(f"{text!r} is not a family; known: {', '.join(sorted(FAMILIES))}")
     return out

@@ -30,6 +30,11 @@ function of (seed, path):
   range ``min(d, D - 1)``.
 * ``CTX_AR1``: ``[3, rho]``: a latent z, N(0, 1) at the root and rho z_parent +
   sqrt(1 - rho^2) N(0, 1) below; an ENTROPY component takes its value at quantile Phi(z).
+* ``CTX_NGRAM``: ``[4, V, N - 1, n_pos, V**(N - 2) (0 if N = 1), code_0, ..., code_{n_pos-1}]``:
+  the context is the node's last N - 1 tokens coded base V (most recent token most
+  significant, see :mod:`brwsim.kernels.ngram`). A child appends the token of its rank,
+  read from the parent's head (``head[pd, V + rank]``, written by an NGRAM component); a
+  drawn root takes the context ``code_i`` of a uniform corpus position i.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import math
 from brwsim.kernels import kernel
 import numpy as np
 
+from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
 
@@ -51,6 +57,7 @@ BANK = 4
 ORDERSTAT = 5
 PEAKED = 6
 ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
+NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c, 0] = beta
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -59,7 +66,7 @@ LEVEL_I = 6     # int state per level
 CTX_F = 6       # lf slot of the latent context value
 CTX_I = 4       # li slot of the context (regime, depth)
 
-CTX_NONE, CTX_REGIME, CTX_DEPTH, CTX_AR1 = 0, 1, 2, 3
+CTX_NONE, CTX_REGIME, CTX_DEPTH, CTX_AR1, CTX_NGRAM = 0, 1, 2, 3, 4
 ROOT_DRAW = -1      # ``pd`` of a root whose context is drawn from the stationary law
 ROOT_PRESET = -2    # ``pd`` of a root whose context the caller has written into its level
 
@@ -212,7 +219,7 @@ def _pick(cw, lo, hi, u):
 
 
 @kernel
-def _context(cprog, key, d, lf, li, pd):
+def _context(cprog, key, d, lf, li, head, pd, rank):
     """Write the node's context into level ``d``; return its component range and quantile.
 
     Returns (lo, hi, u_ctx): the node picks its component in [lo, hi) (hi = -1: all) and an
@@ -222,6 +229,20 @@ def _context(cprog, key, d, lf, li, pd):
     if kind == CTX_NONE:
         return 0, -1, -1.0
     rk = purpose_key(key, REGIME)
+    if kind == CTX_NGRAM:
+        v = int(cprog[1])
+        if pd >= 0:
+            vpow = np.int64(cprog[4])
+            if vpow > 0:
+                tok = np.int64(head[pd, v + min(rank, v - 1)])
+                li[d, CTX_I] = tok * vpow + li[pd, CTX_I] // v
+            else:
+                li[d, CTX_I] = 0
+        elif pd == ROOT_DRAW:
+            n_pos = int(cprog[3])
+            li[d, CTX_I] = np.int64(cprog[5 + min(int(unit(rk, 0) * n_pos), n_pos - 1)])
+        lf[d, CTX_F] = 0.0              # no latent value (keeps generation records clean)
+        return 0, -1, -1.0
     if kind == CTX_AR1:
         if pd >= 0:
             rho = cprog[1]
@@ -263,7 +284,7 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     be used, so a family may mark the level EMPTY once it proves none reaches it.
     """
     dk = purpose_key(key, DIST)
-    lo, hi, u_ctx = _context(cprog, key, d, lf, li, pd)
+    lo, hi, u_ctx = _context(cprog, key, d, lf, li, head, pd, rank)
     if hi < 0:
         hi = kinds.shape[0]
     c = lo
@@ -310,6 +331,9 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
             lf[d, 1] = data[i + 1]
             li[d, 3] = ipar[c, 2]
             li[d, 0] = ZIPF
+    elif kind == NGRAM:
+        # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
+        li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
 
 
 @kernel
@@ -356,4 +380,6 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
         if li[d, 3] == 0 and lf[d, 0] >= out:
             li[d, 3] = 1
             out = lf[d, 0]
+    elif kind == NGRAM and r < li[d, 3]:
+        out = head[d, r]
     return out

@@ -42,8 +42,8 @@ def _new_levels(n_levels, head_cap):
 
 
 @kernel
-def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, pos, dep, onpath,
-             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_depth, pos, dep,
+             onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
     """Nodes with S <= t below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
@@ -63,7 +63,8 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, pos, d
     while d >= 0:
         lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
         sc = s_lev[d] - lq
-        if not sc <= t:                 # above the threshold, exhausted (-inf) or NaN
+        # above the threshold, exhausted (-inf), NaN, or deeper than any top-P_max node
+        if not sc <= t or d >= max_depth:
             d -= 1
             continue
         if n >= cap:
@@ -143,24 +144,33 @@ def _select(order, hi, k, pos, dep):
 
 
 @kernel
-def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col):
-    """Per-budget accepted count, E[X | T] and depth of one iteration into column ``col``.
+def _select_by(n, key, dep, order, budgets):
+    """order[:budgets[b]] = the budgets[b] first nodes by (key, depth, index), nested.
 
-    ``budgets`` is sorted ascending and its last entry is at most ``n``.
+    Repeated budgets (a policy that stops growing) are skipped.
     """
     for i in range(n):
         order[i] = i
-    m = budgets.shape[0]
     hi = n
-    for b in range(m - 1, -1, -1):
-        _select(order, hi, budgets[b], pos, dep)
-        hi = budgets[b]
+    for b in range(budgets.shape[0] - 1, -1, -1):
+        if budgets[b] < hi:
+            _select(order, hi, budgets[b], key, dep)
+            hi = budgets[b]
+
+
+@kernel
+def _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col):
+    """Score the nested trees ``order[:budgets[b]]`` into column ``col`` of the outputs.
+
+    ``budgets`` is non-decreasing. E[X | T] sums exp(-pos) in two 2**-40 limbs of int64
+    fixed point: exact, so independent of the order of addition.
+    """
     p_hi = 0
     p_lo = 0
     n_path = 0
     max_dep = 0
     start = 0
-    for b in range(m):
+    for b in range(budgets.shape[0]):
         for j in range(start, budgets[b]):
             v = order[j]
             x = math.exp(-pos[v]) * _SCALE
@@ -170,10 +180,21 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
             n_path += onpath[v]
             if dep[v] > max_dep:
                 max_dep = dep[v]
-        start = budgets[b]
+        if budgets[b] > start:
+            start = budgets[b]
         acc_out[b, col] = n_path
         exp_out[b, col] = p_hi * _INV_SCALE + p_lo * (_INV_SCALE * _INV_SCALE)
         dep_out[b, col] = max_dep
+
+
+@kernel
+def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col):
+    """Per-budget accepted count, E[X | T] and depth of one iteration into column ``col``.
+
+    ``budgets`` is sorted ascending and its last entry is at most ``n``.
+    """
+    _select_by(n, pos, dep, order, budgets)
+    _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
 
 
 @nb.njit(cache=True)
@@ -204,7 +225,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     while True:
         li[0, CTX_I] = root_ci
         lf[0, CTX_F] = root_cf
-        n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, pos, dep,
+        n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, p_max, pos, dep,
                      onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
         if n == _TOO_DEEP:
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)

@@ -95,7 +95,7 @@ def test_invalid_contextual(make, needle):
 
 def test_generate_iid_agrees_with_simulate():
     fam = Dirichlet(0.05, 200)
-    g = generate(fam, 64, 6000, seed=1)
+    g = generate(fam, None, 64, 6000, seed=1)
     sim = simulate(fam, [64], 2500, seed=2).accepted.values[0]
     _diff_within_se(g.accepted.values, sim)
     assert g.attrs["tokens_per_call"] == pytest.approx(1 + g.accepted.values.mean())
@@ -103,7 +103,7 @@ def test_generate_iid_agrees_with_simulate():
 
 def test_generate_counts_tokens_and_carries_regime():
     fam = MarkovRegime([EASY, HARD], weights=[0.5, 0.5], persistence=0.95)
-    g = generate(fam, 32, 3000, seed=3)
+    g = generate(fam, None, 32, 3000, seed=3)
     assert g.attrs["tokens_produced"] >= 3000
     assert g.attrs["tokens_produced"] - (g.accepted.values[-1] + 1) < 3000
     assert set(np.unique(g.root_context.values)) <= {0, 1}

@@ -1,0 +1,482 @@
+"""Drafting-policy kernels: the tree a drafter builds, scored on the true environment.
+
+Every kernel here reads the environment the optimal pass reads (same root keys, node keys,
+DIST and PATH purposes; :mod:`brwsim.kernels.tree`), so a policy and the optimal tree are
+compared on common random numbers: the same node distributions and the same sampled target
+path (the child of rank r is on the path iff cum_{r-1} < U <= cum_r, cumulative sums of
+the true probabilities taken in rank order, exactly as :func:`tree._collect` sums them).
+
+Three builders, one scorer:
+
+* :func:`static_chunk`: a fixed shape (chain, k-ary, expansion, Sequoia) given as pre-order
+  arrays (depth, rank within the parent, leaf flag) and a priority order for nested budgets,
+  walked with a level stack like :func:`tree._collect`.
+* :func:`dynamic_chunk`: EAGLE-2/3 layers (top-k of the newest layer expanded into top-k
+  children each), then the global top nodes by path value.
+* :func:`noisy_chunk`: best-first by a drafter's *estimated* path probability, as a
+  threshold pass over the estimated positions (the estimated tree is not sorted by rank).
+
+Per budget, ``tree._accumulate`` scores the first ``budgets[b]`` nodes of a priority order:
+accepted count, E[X | T] = sum of TRUE path probabilities in exact two-limb fixed point
+(independent of the order of addition), and depth. ``tree._select_nested`` is
+``_select_by`` then ``_accumulate`` with the positions as both key and value; the noisy
+policy selects by estimate and scores by truth.
+
+Environment access goes through :func:`_init_node` and :func:`_next_logq` only: every
+node is set up without a cut-off (a policy may use any rank), with its parent's level as
+its context.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+from brwsim.kernels import kernel
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
+from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, root_key, unit
+from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _before, _new_levels,
+                                 _select, _select_by, _select_nested)
+
+# Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
+NOISE = np.uint64(0x452821E638D01377)
+NEG_INF = -np.inf
+HEAD_K = 64          # ranks of a node the noisy drafter scores individually
+_MASS_EPS = 1e-13    # 1 - (sum of <= HEAD_K probabilities) below this is rounding noise
+
+
+# ---------------------------------------------------------------------------------------
+# Environment access (the only calls into brwsim.kernels.dist)
+
+@kernel
+def _init_node(kinds, cw, fpar, ipar, data, cprog, key, row, lf, li, head, prow, rank):
+    """Set up level ``row`` for the node ``key``, child of rank ``rank`` of level ``prow``.
+
+    ``prow`` is ROOT_DRAW for a root. No cut-off: a policy may ask for any rank.
+    """
+    dist_init(kinds, cw, fpar, ipar, data, cprog, key, row, lf, li, head, NEG_INF, prow, rank)
+
+
+@kernel
+def _next_logq(fpar, ipar, data, key, row, lf, li, head):
+    """True log-probability of the next rank of level ``row`` (-inf once exhausted)."""
+    return dist_next(fpar, ipar, data, key, row, lf, li, head)
+
+
+# ---------------------------------------------------------------------------------------
+# Scoring
+
+# ---------------------------------------------------------------------------------------
+# Static shapes
+
+@kernel
+def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, sdep, srank, sleaf, pos, dep, onpath,
+                 keys, s_lev, on_lev, u_lev, c_lev, r_lev, p_lev, lf, li, head):
+    """Positions, depths and path flags of a pre-order shape below the root ``rkey``.
+
+    Level d holds the last visited node of depth d; ``r_lev[d]`` is its next rank to
+    generate, ``on_lev[d]`` 0 off the path, 1 on it (sampled child not yet found), 2 found
+    (``p_lev[d]`` its rank). A child of probability 0 (past the vocabulary) gets S = inf.
+    """
+    keys[0] = rkey
+    s_lev[0] = 0.0
+    on_lev[0] = 1
+    u_lev[0] = unit(purpose_key(rkey, PATH), 0)
+    c_lev[0] = 0.0
+    r_lev[0] = 0
+    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, ROOT_DRAW, 0)
+    for i in range(sdep.shape[0]):
+        d = sdep[i]
+        p = d - 1
+        r = srank[i]
+        lq = NEG_INF
+        if s_lev[p] < np.inf:
+            while r_lev[p] <= r:
+                lq = _next_logq(fpar, ipar, data, keys[p], p, lf, li, head)
+                if on_lev[p] == 1:
+                    c_lev[p] += math.exp(lq)
+                    if u_lev[p] <= c_lev[p]:
+                        on_lev[p] = 2
+                        p_lev[p] = r_lev[p]
+                r_lev[p] += 1
+        sc = s_lev[p] - lq
+        child_on = 1 if on_lev[p] == 2 and p_lev[p] == r else 0
+        pos[i] = sc
+        dep[i] = d
+        onpath[i] = child_on
+        if sleaf[i] == 0:
+            ck = child_key(keys[p], r)
+            keys[d] = ck
+            s_lev[d] = sc
+            on_lev[d] = child_on
+            r_lev[d] = 0
+            if child_on == 1:
+                u_lev[d] = unit(purpose_key(ck, PATH), 0)
+                c_lev[d] = 0.0
+            if sc < np.inf:
+                _init_node(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, p, r)
+
+
+@nb.njit(cache=True)
+def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it,
+                 sdep, srank, sleaf, sorder, budgets, acc_out, exp_out, dep_out):
+    """A static shape on iterations it0 .. it0 + n_it - 1, scored into the outputs.
+
+    ``sdep``, ``srank``, ``sleaf`` describe the shape in pre-order (children in rank
+    order); ``sorder[j]`` is the pre-order index of the node of priority j; ``budgets``
+    is non-decreasing and at most the shape's size.
+    """
+    n = sdep.shape[0]
+    n_levels = 1
+    for i in range(n):
+        n_levels = max(n_levels, sdep[i] + 1)
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+    r_lev = np.empty(n_levels, np.int64)
+    p_lev = np.empty(n_levels, np.int64)
+    pos = np.empty(n)
+    dep = np.empty(n, np.int32)
+    onpath = np.empty(n, np.int8)
+    for col in range(n_it):
+        _static_tree(kinds, cw, fpar, ipar, data, cprog, root_key(seed_key, it0 + col),
+                     sdep, srank, sleaf, pos, dep, onpath, keys, s_lev, on_lev, u_lev, c_lev,
+                     r_lev, p_lev, lf, li, head)
+        _accumulate(sorder, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamic (EAGLE-2/3)
+
+@kernel
+def _expand(fpar, ipar, data, key, row, ppos, pdep, on, u, k, pos, dep, onpath, ckey, crank,
+            crow, n, lf, li, head):
+    """Append the top-``k`` children of the node at level ``row`` as candidates n, n+1, ..."""
+    c = 0.0
+    for r in range(k):
+        lq = _next_logq(fpar, ipar, data, key, row, lf, li, head)
+        if not lq > NEG_INF:
+            break
+        child_on = 0
+        if on == 1:
+            c += math.exp(lq)
+            if u <= c:
+                child_on = 1
+                on = 2
+        pos[n] = ppos - lq
+        dep[n] = pdep + 1
+        onpath[n] = child_on
+        ckey[n] = child_key(key, r)
+        crank[n] = r
+        crow[n] = row
+        n += 1
+    return n
+
+
+@kernel
+def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, depth, topk, pos, dep, onpath,
+                  ckey, crank, crow, lay, lf, li, head):
+    """All candidates of the EAGLE layers below ``rkey``, in generation order; returns count.
+
+    Every expanded node keeps its own level row (its context stays readable by its
+    children): row 0 is the root, rows 1.. the expanded nodes in expansion order.
+    """
+    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, ROOT_DRAW, 0)
+    n = _expand(fpar, ipar, data, rkey, 0, 0.0, np.int64(0), np.int64(1),
+                unit(purpose_key(rkey, PATH), 0), topk, pos, dep, onpath, ckey, crank, crow, 0,
+                lf, li, head)
+    start = 0
+    rows = 1
+    for _layer in range(1, depth):
+        m = n - start
+        if m == 0:
+            break
+        for j in range(m):
+            lay[j] = start + j
+        kk = min(topk, m)
+        if kk < m:
+            _select(lay, m, kk, pos, dep)
+        for a in range(1, kk):            # expansion order: by (value, generation order)
+            v = lay[a]
+            b = a - 1
+            while b >= 0 and _before(pos, dep, v, lay[b]):
+                lay[b + 1] = lay[b]
+                b -= 1
+            lay[b + 1] = v
+        start = n
+        for j in range(kk):
+            v = lay[j]
+            _init_node(kinds, cw, fpar, ipar, data, cprog, ckey[v], rows, lf, li, head,
+                       crow[v], crank[v])
+            on = np.int64(onpath[v])
+            u = unit(purpose_key(ckey[v], PATH), 0) if on == 1 else 0.0
+            n = _expand(fpar, ipar, data, ckey[v], rows, pos[v], np.int64(dep[v]), on, u, topk,
+                        pos, dep, onpath, ckey, crank, crow, n, lf, li, head)
+            rows += 1
+    return n
+
+
+@nb.njit(cache=True)
+def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, depth, topk,
+                  budgets, acc_out, exp_out, dep_out):
+    """EAGLE-2/3 trees of iterations it0 .. it0 + n_it - 1, scored into the outputs.
+
+    The tree of budget P is the first P candidates by (path value, depth, generation
+    order); ``budgets`` is non-decreasing, already capped at the policy's ``total``.
+    """
+    cap = topk + (depth - 1) * topk * topk
+    pos = np.empty(cap)
+    dep = np.empty(cap, np.int32)
+    onpath = np.empty(cap, np.int8)
+    ckey = np.empty(cap, np.uint64)
+    crank = np.empty(cap, np.int64)
+    crow = np.empty(cap, np.int64)
+    order = np.empty(cap, np.int32)
+    lay = np.empty(topk * topk, np.int32)
+    n_rows = 1 + (depth - 1) * topk
+    lf = np.empty((n_rows, LEVEL_F))
+    li = np.empty((n_rows, LEVEL_I), np.int64)
+    head = np.empty((n_rows, max(head_cap, 1)))
+    bc = np.empty_like(budgets)
+    for col in range(n_it):
+        n = _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, root_key(seed_key, it0 + col),
+                          depth, topk, pos, dep, onpath, ckey, crank, crow, lay, lf, li, head)
+        for b in range(budgets.shape[0]):
+            bc[b] = min(budgets[b], n)
+        _select_nested(n, pos, dep, onpath, order, bc, acc_out, exp_out, dep_out, col)
+
+
+# ---------------------------------------------------------------------------------------
+# Noisy drafter
+
+@kernel
+def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sigma, beta, exact,
+                 kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
+    """Set up level ``d``: true head ranks, the drafter's estimates, the path state.
+
+    Buffers ranks 0..kh (the head plus the first tail rank) in ``lqb[d]``; ``leb[d, r]``
+    is the estimated log q of head rank r, ``z_lev[d]`` the constant that turns a tail
+    rank's beta * log q into its estimate, ``h_lev[d]`` the largest head estimate.
+    """
+    _init_node(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, prow, rank)
+    g = 0
+    while g <= kh:
+        lq = _next_logq(fpar, ipar, data, key, d, lf, li, head)
+        if not lq > NEG_INF:
+            break
+        lqb[d, g] = lq
+        g += 1
+    g_lev[d] = g
+    if on == 1:
+        u = unit(purpose_key(key, PATH), 0)
+        c = 0.0
+        for r in range(g):
+            c += math.exp(lqb[d, r])
+            if u <= c:
+                on = 2
+                p_lev[d] = r
+                break
+        u_lev[d] = u
+        c_lev[d] = c
+    on_lev[d] = on
+    nh = min(g, kh)
+    if exact:
+        for r in range(nh):
+            leb[d, r] = lqb[d, r]
+        z_lev[d] = 0.0
+        h_lev[d] = lqb[d, 0] if g > 0 else NEG_INF
+        return
+    mx = NEG_INF
+    for r in range(nh):
+        a = beta * lqb[d, r]
+        if sigma > 0.0:
+            a += sigma * normal(purpose_key(child_key(key, r), NOISE), 0)
+        leb[d, r] = a
+        if a > mx:
+            mx = a
+    tot = 0.0
+    mass = 0.0
+    for r in range(nh):
+        tot += math.exp(leb[d, r] - mx)
+        mass += math.exp(lqb[d, r])
+    log_z = mx + math.log(tot) if nh > 0 else NEG_INF
+    half_var = 0.5 * sigma * sigma
+    # true mass m outside the scored head, in the normaliser with its tempered mass times
+    # E[exp(sigma Z)]: a tail of ranks >= K as if flat at the first tail rank's q_K
+    # (m * q_K**(beta - 1)); mass missing from a short vocabulary as one token (m**beta)
+    m = 1.0 - mass
+    lt = NEG_INF
+    if g > kh:
+        lq_k = lqb[d, kh]
+        # below the rounding level of the head sum, m is unknown: at least token K
+        m_log = math.log(m) if m > _MASS_EPS else lq_k
+        lt = max(m_log, lq_k) + (beta - 1.0) * lq_k + half_var
+    elif m > _MASS_EPS:
+        lt = beta * math.log(m) + half_var
+    if lt > NEG_INF:
+        hi = max(log_z, lt)
+        log_z = hi + math.log(math.exp(log_z - hi) + math.exp(lt - hi))
+    hm = NEG_INF
+    for r in range(nh):
+        e = min(leb[d, r] - log_z, 0.0)
+        leb[d, r] = e
+        if e > hm:
+            hm = e
+    z_lev[d] = half_var - log_z
+    h_lev[d] = hm
+
+
+@kernel
+def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, sigma, beta, exact, kh, t, cap,
+                   dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
+                   r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
+    """Nodes with estimated position <= t, in pre-order (children in rank order).
+
+    Writes the estimated position (``est``), the true one (``pos``), depth and path flag of
+    each; returns the count, ``_ABORT`` or ``_TOO_DEEP`` as ``tree._collect``. Head ranks
+    are unsorted under noise and all scanned; tail ranks are monotone and stop the scan.
+    Nodes deeper than ``dmax`` (the largest budget) are skipped: no tree of that many
+    nodes holds them, and a drafter whose estimate rounds to 1 along a path (an infinite
+    set of nodes at one estimated position) stays finite.
+    """
+    n_levels = keys.shape[0]
+    keys[0] = rkey
+    s_lev[0] = 0.0
+    t_lev[0] = 0.0
+    _noisy_level(kinds, cw, fpar, ipar, data, cprog, rkey, 0, ROOT_DRAW, 0, 1, sigma, beta, exact,
+                 kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head)
+    r_lev[0] = 0 if -h_lev[0] <= t else min(g_lev[0], kh)
+    n = 0
+    d = 0
+    while d >= 0:
+        if d >= dmax:                   # no tree of <= dmax nodes reaches deeper
+            d -= 1
+            continue
+        r = r_lev[d]
+        r_lev[d] = r + 1
+        g = g_lev[d]
+        if r < min(g, kh):
+            lq = lqb[d, r]
+            sc = s_lev[d] - leb[d, r]
+            if not sc <= t:
+                if exact:               # sorted head: the rest is above t too
+                    d -= 1
+                continue
+        else:
+            if r < g:
+                lq = lqb[d, r]
+            elif g <= kh:               # the vocabulary ended inside the buffer
+                d -= 1
+                continue
+            else:
+                lq = _next_logq(fpar, ipar, data, keys[d], d, lf, li, head)
+                if not lq > NEG_INF:
+                    d -= 1
+                    continue
+                if on_lev[d] == 1:
+                    c_lev[d] += math.exp(lq)
+                    if u_lev[d] <= c_lev[d]:
+                        on_lev[d] = 2
+                        p_lev[d] = r
+            sc = s_lev[d] - (lq if exact else min(beta * lq + z_lev[d], 0.0))
+            if not sc <= t:
+                d -= 1
+                continue
+        if n >= cap:
+            return _ABORT
+        if d + 1 >= n_levels:
+            return _TOO_DEEP
+        child_on = 1 if on_lev[d] == 2 and p_lev[d] == r else 0
+        st = t_lev[d] - lq
+        est[n] = sc
+        pos[n] = st
+        dep[n] = d + 1
+        onpath[n] = child_on
+        n += 1
+        ck = child_key(keys[d], r)
+        d += 1
+        keys[d] = ck
+        s_lev[d] = sc
+        t_lev[d] = st
+        _noisy_level(kinds, cw, fpar, ipar, data, cprog, ck, d, d - 1, r, child_on, sigma, beta,
+                     exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
+                     head)
+        r_lev[d] = 0 if sc - h_lev[d] <= t else min(g_lev[d], kh)
+    return n
+
+
+@nb.njit(cache=True)
+def _noisy_levels(n_levels, head_cap, kh):
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+    return (keys, s_lev, np.empty(n_levels), on_lev, u_lev, c_lev, np.empty(n_levels, np.int64),
+            np.empty(n_levels, np.int64), np.empty(n_levels, np.int64), np.empty(n_levels),
+            np.empty(n_levels), np.empty((n_levels, kh + 1)), np.empty((n_levels, max(kh, 1))),
+            lf, li, head)
+
+
+@nb.njit(cache=True)
+def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, sigma, beta,
+                kh, budgets, t_start, acc_out, exp_out, dep_out):
+    """Best-first trees by the drafter's estimate on iterations it0 .. it0 + n_it - 1.
+
+    ``sigma == 0 and beta == 1`` is the exact drafter: estimates are the true
+    log-probabilities, unnormalised, so the trees are bit for bit the optimal ones. The
+    threshold adapts as in ``tree.simulate_chunk``. Returns (nodes visited, threshold),
+    visited = -1 when more than MAX_NODES nodes tie.
+    """
+    exact = sigma == 0.0 and beta == 1.0
+    p_max = budgets[budgets.shape[0] - 1]
+    cap = 6 * p_max + 64
+    est = np.empty(cap)
+    pos = np.empty(cap)
+    dep = np.empty(cap, np.int32)
+    onpath = np.empty(cap, np.int8)
+    order = np.empty(cap, np.int32)
+    n_levels = 256
+    (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb,
+     lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
+    t = t_start
+    visited = 0
+    for col in range(n_it):
+        rkey = root_key(seed_key, it0 + col)
+        t_lo = -np.inf
+        t_hi = np.inf
+        while True:
+            n = _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, sigma, beta, exact, kh,
+                               t, cap, p_max, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev,
+                               u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
+                               head)
+            if n == _TOO_DEEP:
+                n_levels *= 2
+                (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev,
+                 lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
+                continue
+            if n == _ABORT:
+                visited += cap
+                t_hi = t
+                if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
+                    t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
+                else:                   # a huge tie at one position: widen the buffers
+                    if 2 * cap > MAX_NODES:
+                        return -1, t
+                    cap *= 2
+                    est = np.empty(cap)
+                    pos = np.empty(cap)
+                    dep = np.empty(cap, np.int32)
+                    onpath = np.empty(cap, np.int8)
+                    order = np.empty(cap, np.int32)
+                continue
+            visited += n
+            if n < p_max:
+                t_lo = t
+                if t_hi < np.inf:
+                    t = 0.5 * (t_lo + t_hi)
+                else:
+                    t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
+                continue
+            break
+        _select_by(n, est, dep, order, budgets)
+        _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
+        if n > 2 * p_max:
+            t -= 0.5 * math.log(n / (1.5 * p_max))
+    return visited, t

@@ -1,0 +1,503 @@
+"""Drafting policies: how a drafter chooses its tree of P draft nodes.
+
+A policy is evaluated on the very environment of the optimal tree (same seed, iteration
+and node keys) and against the same sampled target path, so policies compare on common
+random numbers. For each budget P it records the sampled accepted count X (path nodes
+inside its tree), E[X | T] (the sum of TRUE path probabilities over its tree) and the
+depth of its tree. A policy's trees are prefix-closed and nested (the tree of P is inside
+the tree of P + 1), so no policy can beat :class:`Optimal` on E[X | T] in any iteration.
+A policy may use fewer than P nodes (a static shape smaller than P, a dynamic tree with
+fewer candidates); the rest of its budget is wasted.
+
+String forms (for the CLI and configs), parsed by :func:`parse_policy`::
+
+    optimal()   chain()   kary(k=4)   expansion(widths=[4, 2, 2])
+    sequoia(acceptance=[0.6, 0.15, 0.05], max_depth=8)
+    dynamic(depth=6, topk=10, total=60)   noisy(sigma=0.5, T=1.0)
+
+Static shapes (chain, k-ary, expansion, Sequoia) map to the random environment by rank
+paths: "the child of rank r" is the target's r-th most likely token at that node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.families.parse import bind_call, parse_text
+from brwsim.families.base import Family, Spec, _fmt, check_int, check_positive
+from brwsim.kernels import policies as _k
+
+__all__ = ["Policy", "Optimal", "Chain", "KAry", "Expansion", "Sequoia", "Dynamic", "Noisy",
+           "POLICIES", "DEFAULT_POLICY", "parse_policy", "run_policy"]
+
+#: Budgets up to this many levels x head buffer entries are allowed for static shapes.
+_MAX_LEVEL_CELLS = 1 << 27
+
+
+class Policy:
+    """Base class of drafting policies.
+
+    Subclasses set ``name`` (the lower-case string-form name), store their parameters and
+    implement :meth:`params` and :meth:`run`.
+    """
+
+    name: str = "policy"
+
+    def params(self) -> dict[str, Any]:
+        """Parameters as a JSON-serialisable dict (the string form's arguments)."""
+        return {}
+
+    def run(self, spec: Spec, budgets: np.ndarray, key: np.uint64, first: int,
+            count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Iterations ``first .. first + count - 1``: see :func:`run_policy`."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={_fmt(v)}" for k, v in self.params().items() if v is not None)
+        return f"{self.name}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (np.empty((m, count), np.int32), np.empty((m, count)), np.empty((m, count), np.int32))
+
+
+def _optional_int(name: str, value: Any, minimum: int) -> int | None:
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return None
+    return check_int(name, value, minimum)
+
+
+class Optimal(Policy):
+    """The optimal tree: the P nodes of highest true path probability (the default).
+
+    Ties break by depth, then rank path; this is :func:`brwsim.simulate.run_iterations`.
+    """
+
+    name = "optimal"
+
+    def run(self, spec, budgets, key, first, count):
+        from brwsim.simulate import run_iterations
+
+        acc, exp, dep, _, _ = run_iterations(spec, budgets, key, first, count)
+        return acc, exp, dep
+
+
+class _Shape(NamedTuple):
+    """A static shape in pre-order, with the priority order that nests its budgets."""
+
+    depth: np.ndarray      # int64, depth of each pre-order node (1 = child of the root)
+    rank: np.ndarray       # int64, rank within its parent
+    leaf: np.ndarray       # int8, 1 if no child of it is in the shape
+    order: np.ndarray      # int32, order[j] = pre-order index of the node of priority j
+
+    @property
+    def size(self) -> int:
+        return int(self.depth.size)
+
+
+def _compile_shape(parent: np.ndarray, rank: np.ndarray) -> _Shape:
+    """Pre-order arrays of nodes given in priority order as (parent priority, rank).
+
+    ``parent[i] < i`` (-1 for a child of the root), so every prefix is prefix-closed.
+    """
+    n = parent.size
+    children: list[list[int]] = [[] for _ in range(n + 1)]
+    for i in range(n):
+        children[parent[i] + 1].append(i)
+    depth = np.empty(n, np.int64)
+    pre: list[int] = []
+    stack = [(i, 1) for i in sorted(children[0], key=lambda i: rank[i], reverse=True)]
+    while stack:
+        i, d = stack.pop()
+        depth[i] = d
+        pre.append(i)
+        stack.extend((c, d + 1) for c in sorted(children[i + 1], key=lambda c: rank[c],
+                                                   reverse=True))
+    pre_arr = np.asarray(pre, dtype=np.int64)
+    order = np.empty(n, np.int32)
+    order[pre_arr] = np.arange(n, dtype=np.int32)
+    leaf = np.array([0 if children[i + 1] else 1 for i in pre], dtype=np.int8)
+    return _Shape(np.ascontiguousarray(depth[pre_arr]), np.ascontiguousarray(rank[pre_arr]),
+                  leaf, order)
+
+
+class _StaticPolicy(Policy):
+    """A fixed shape of rank paths, grown in a priority order that nests the budgets."""
+
+    def _priority(self, p_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """(parent priority, rank) of the first <= p_max nodes, in priority order."""
+        raise NotImplementedError
+
+    def shape(self, p_max: int) -> list[tuple[int, ...]]:
+        """Rank paths of the shape's first ``p_max`` nodes, in priority order.
+
+        The tree of budget P is the first P of them (all of them if fewer).
+        """
+        parent, rank = self._priority(p_max)
+        paths: list[tuple[int, ...]] = []
+        for p, r in zip(parent.tolist(), rank.tolist()):
+            paths.append((paths[p] if p >= 0 else ()) + (r,))
+        return paths
+
+    def _compiled(self, p_max: int) -> _Shape:
+        cache = self.__dict__.setdefault("_shape_cache", {})
+        if p_max not in cache:
+            parent, rank = self._priority(p_max)
+            cache.clear()
+            cache[p_max] = _compile_shape(np.asarray(parent, np.int64), np.asarray(rank, np.int64))
+        return cache[p_max]
+
+    def run(self, spec, budgets, key, first, count):
+        sh = self._compiled(int(budgets[-1]))
+        acc, exp, dep = _outputs(budgets.size, count)
+        levels = int(sh.depth.max()) + 1
+        if levels * max(spec.head_cap, 1) > _MAX_LEVEL_CELLS:
+            raise UserError(f"{self!r}: a tree of depth {levels - 1} is too deep for this "
+                            "family's buffers; use a smaller budget")
+        _k.static_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
+                        spec.head_cap, np.uint64(key), first, count, sh.depth, sh.rank, sh.leaf,
+                        sh.order, np.minimum(budgets, sh.size), acc, exp, dep)
+        return acc, exp, dep
+
+
+class Chain(_StaticPolicy):
+    """The greedy top-1 path: P nodes, each the most likely child of the previous one."""
+
+    name = "chain"
+
+    def _priority(self, p_max):
+        return np.arange(p_max, dtype=np.int64) - 1, np.zeros(p_max, np.int64)
+
+
+class KAry(_StaticPolicy):
+    """The k-ary tree filled breadth-first (ranks 0..k-1 under every node), cut at P nodes.
+
+    Parameters
+    ----------
+    k : int
+        Children per node (>= 1; k = 1 is the chain).
+    """
+
+    name = "kary"
+
+    def __init__(self, k: int) -> None:
+        self.k = check_int("k", k, 1)
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k}
+
+    def _priority(self, p_max):
+        i = np.arange(p_max, dtype=np.int64)
+        return i // self.k - 1, i % self.k
+
+
+class Expansion(_StaticPolicy):
+    """A static expansion tree (SpecInfer/Medusa style), filled breadth-first, cut at P nodes.
+
+    Every node of depth d - 1 has the top ``widths[d-1]`` children (ranks 0..w-1), so the
+    full shape has w1 + w1 w2 + ... + w1...wD nodes and depth D = len(widths); a budget
+    beyond that leaves the rest unused.
+
+    Parameters
+    ----------
+    widths : list of int
+        Children per node at each depth (each >= 1), e.g. ``[4, 2, 2]``.
+    """
+
+    name = "expansion"
+
+    def __init__(self, widths: Sequence[int]) -> None:
+        if isinstance(widths, (str, bytes)) or not isinstance(widths, (Sequence, np.ndarray)) \
+                or len(widths) == 0:
+            raise UserError(f"widths must be a non-empty list of integers >= 1, got {widths!r}")
+        self.widths = [check_int(f"widths[{i}]", w, 1) for i, w in enumerate(widths)]
+
+    def params(self) -> dict[str, Any]:
+        return {"widths": list(self.widths)}
+
+    def _priority(self, p_max):
+        parents, ranks = [], []
+        level = np.array([-1], np.int64)
+        n = 0
+        for w in self.widths:
+            if n >= p_max:
+                break
+            level = level[:-(-(p_max - n) // w)]      # the parents of the first p_max - n
+            par = np.repeat(level, w)
+            parents.append(par)
+            ranks.append(np.tile(np.arange(w, dtype=np.int64), level.size))
+            level = np.arange(n, n + par.size, dtype=np.int64)
+            n += par.size
+        parent = np.concatenate(parents)[:p_max]
+        return parent, np.concatenate(ranks)[:p_max]
+
+
+class Sequoia(_StaticPolicy):
+    """The static tree that is optimal for a positional acceptance vector (Sequoia).
+
+    Under the positional assumption, the child of rank r of any node is accepted with
+    probability ``acceptance[r]``: this is the environment ``Fixed(acceptance)``, whose
+    optimal tree of P nodes (ties by depth, then rank path) is the shape used, applied to
+    the random environment by rank paths. With ``max_depth``, the shape is the top P among
+    nodes of depth <= ``max_depth``. The shape is computed once per policy and budget set
+    (best-first with ``heapq``).
+
+    Parameters
+    ----------
+    acceptance : list of float
+        Acceptance probability of the child of each rank (each in [0, 1], sum <= 1,
+        one of them positive); it need not be sorted.
+    max_depth : int, optional
+        Depth cap (>= 1).
+    """
+
+    name = "sequoia"
+
+    def __init__(self, acceptance: Sequence[float], max_depth: int | None = None) -> None:
+        try:
+            a = np.asarray(acceptance, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            a = None
+        if a is None or isinstance(acceptance, str) or a.size == 0:
+            raise UserError(f"acceptance must be a non-empty list of probabilities, "
+                            f"got {acceptance!r}")
+        if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+            raise UserError("acceptance must hold probabilities in [0, 1]")
+        if a.sum() > 1.0 + 1e-9:
+            raise UserError(f"acceptance must sum to at most 1, got {a.sum():.12g}")
+        if not np.any(a > 0):
+            raise UserError("acceptance must contain a positive probability")
+        self.acceptance = a
+        self.max_depth = _optional_int("max_depth", max_depth, 1)
+
+    @classmethod
+    def from_family(cls, family: Family, size: int = 32, samples: int = 2000, seed: int = 0,
+                    max_depth: int | None = None) -> "Sequoia":
+        """Sequoia fitted to a family: the mean of its sorted top-``size`` probabilities.
+
+        Parameters
+        ----------
+        family : Family
+            The environment whose node distributions are averaged (``sample_full``).
+        size : int, default 32
+            Length of the acceptance vector.
+        samples : int, default 2000
+            Node distributions averaged.
+        seed : int, default 0
+            Seed of the sampler.
+        max_depth : int, optional
+            Passed to the policy.
+        """
+        size = check_int("size", size, 1)
+        samples = check_int("samples", samples, 1)
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x5E0,)))
+        tot = np.zeros(size)
+        for _ in range(samples):
+            q = np.asarray(family.sample_full(rng))[:size]
+            tot[:q.size] += q
+        return cls([float(x) for x in tot / samples], max_depth)
+
+    def params(self) -> dict[str, Any]:
+        return {"acceptance": [float(x) for x in self.acceptance], "max_depth": self.max_depth}
+
+    def _priority(self, p_max):
+        a = self.acceptance
+        ranks = np.argsort(-a, kind="stable")
+        ranks = ranks[a[ranks] > 0]
+        cost = -np.log(a[ranks])                 # S step of the j-th best child
+        top = self.max_depth
+        # entries (S, depth, rank path, parent priority, j, parent S): ties by depth then path
+        heap = [(cost[0], 1, (int(ranks[0]),), -1, 0, 0.0)]
+        parent, rank = [], []
+        while heap and len(parent) < p_max:
+            s, d, path, par, j, s_par = heapq.heappop(heap)
+            me = len(parent)
+            parent.append(par)
+            rank.append(path[-1])
+            if top is None or d < top:
+                heapq.heappush(heap, (s + cost[0], d + 1, path + (int(ranks[0]),), me, 0, s))
+            if j + 1 < ranks.size:
+                heapq.heappush(heap, (s_par + cost[j + 1], d, path[:-1] + (int(ranks[j + 1]),),
+                                      par, j + 1, s_par))
+        return np.asarray(parent, np.int64), np.asarray(rank, np.int64)
+
+
+class Dynamic(Policy):
+    """EAGLE-2/3 dynamic trees: expand the best nodes layer by layer, then rerank.
+
+    Layer 1 is the root's top-``topk`` children. Each later layer takes the ``topk`` nodes
+    of the newest layer with the highest path value and expands each into its top-``topk``
+    children. After ``depth`` layers, the tree of budget P is the top min(P, ``total``) of
+    all generated candidates by path value (ties by depth, then generation order); it is
+    prefix-closed because a child's value never exceeds its parent's. The drafter here
+    knows the true probabilities (combine with noise only through :class:`Noisy`).
+
+    Parameters
+    ----------
+    depth : int
+        Number of layers (>= 1).
+    topk : int
+        Nodes expanded per layer and children per expanded node (>= 1).
+    total : int, optional
+        Cap on the tree size (EAGLE's ``total_tokens``); default: no cap beyond P.
+    """
+
+    name = "dynamic"
+
+    def __init__(self, depth: int, topk: int, total: int | None = None) -> None:
+        self.depth = check_int("depth", depth, 1)
+        self.topk = check_int("topk", topk, 1)
+        self.total = _optional_int("total", total, 1)
+        if self.topk + (self.depth - 1) * self.topk ** 2 > 1 << 26:
+            raise UserError(f"dynamic: depth * topk**2 = {self.depth * self.topk ** 2} "
+                            "candidates exceeds the supported maximum 2**26")
+
+    def params(self) -> dict[str, Any]:
+        return {"depth": self.depth, "topk": self.topk, "total": self.total}
+
+    def run(self, spec, budgets, key, first, count):
+        b = budgets if self.total is None else np.minimum(budgets, self.total)
+        acc, exp, dep = _outputs(budgets.size, count)
+        _k.dynamic_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
+                         spec.head_cap, np.uint64(key), first, count, self.depth, self.topk,
+                         np.ascontiguousarray(b, dtype=np.int64), acc, exp, dep)
+        return acc, exp, dep
+
+
+class Noisy(Policy):
+    """Best-first by an imperfect drafter's estimate; acceptance uses the truth.
+
+    The drafter's log-probability of the child of rank r of node v is
+    ``log q_v[r] / T + sigma * Z`` (Z standard normal, a hash of the child's key, purpose
+    ``NOISE``), renormalised over the node. The drafter scores the true top ``K = 64``
+    ranks (all ranks if fewer) individually; the true mass m outside them enters the
+    normaliser as its tempered mass times E[exp(sigma Z)] = exp(sigma**2 / 2). This is an
+    approximation: the tempered mass of a tail of ranks >= K is taken as
+    m * q_K**(1/T - 1), exact when the tail is flat at the first tail rank's probability
+    q_K and never below any single tail token's share, so every estimate is <= 1 (when m
+    is below the rounding level of the head's sum, it is taken as q_K); mass missing
+    from a vocabulary of at most K tokens (e.g. ``Fixed`` summing to less than 1) is one
+    token outside any tree, m**(1/T), as in the families' tempering. A tail token r >= K
+    gets the noise-free estimate q_r**(1/T) exp(sigma**2 / 2) / normaliser. The tree of
+    budget P is the top P nodes by estimated path probability (ties by depth, then rank
+    path); it is prefix-closed because estimates are <= 1. ``Noisy(0)`` uses the true
+    probabilities unnormalised and is exactly :class:`Optimal`.
+
+    Parameters
+    ----------
+    sigma : float
+        Noise scale in nats (>= 0).
+    T : float, default 1.0
+        Temperature mismatch (> 0): the drafter sees q**(1/T), renormalised.
+    """
+
+    name = "noisy"
+
+    def __init__(self, sigma: float, T: float = 1.0) -> None:
+        self.sigma = check_positive("sigma", sigma, allow_zero=True)
+        self.T = check_positive("T", T)
+
+    def params(self) -> dict[str, Any]:
+        return {"sigma": self.sigma, "T": self.T}
+
+    def run(self, spec, budgets, key, first, count):
+        acc, exp, dep = _outputs(budgets.size, count)
+        t_start = math.log(1.5 * budgets[-1]) + 1.0
+        visited, _ = _k.noisy_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                    spec.cprog, spec.head_cap, np.uint64(key), first, count,
+                                    self.sigma, 1.0 / self.T, _k.HEAD_K, budgets, t_start,
+                                    acc, exp, dep)
+        if visited < 0:
+            raise UserError("more than 2**28 nodes tie at one estimated path probability; use "
+                            "a budget that ends on a full level of this lattice family")
+        return acc, exp, dep
+
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Optimal, Chain, KAry, Expansion, Sequoia, Dynamic, Noisy)
+}
+
+#: The policy of ``simulate`` when none is given.
+DEFAULT_POLICY = "optimal()"
+
+
+def run_policy(policy: Policy, spec: Spec, budgets: np.ndarray, seed_key: np.uint64, first: int,
+               count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Iterations ``first .. first + count - 1`` of one policy: the numba call, few checks.
+
+    The analogue of :func:`brwsim.simulate.run_iterations` for any policy, on the same
+    environment (the root of iteration i is ``root_key(seed_key, i)``).
+
+    Parameters
+    ----------
+    policy : Policy
+        The drafting policy.
+    spec : Spec
+        The family's compiled form (``family.spec()``).
+    budgets : numpy.ndarray
+        Sorted distinct positive int64 budgets (see :func:`brwsim.simulate.validate_budgets`).
+    seed_key : numpy.uint64
+        Root key of the run (:func:`brwsim.simulate.seed_key`).
+    first, count : int
+        Iteration range.
+
+    Returns
+    -------
+    accepted, expected_accepted, depth : numpy.ndarray
+        Arrays of shape (len(budgets), count): sampled X, E[X | T] (sum of true path
+        probabilities over the policy's tree) and the depth of the policy's tree.
+    """
+    if not isinstance(policy, Policy):
+        raise UserError(f"policy must be a brwsim policy, got {policy!r}")
+    budgets = np.ascontiguousarray(budgets, dtype=np.int64)
+    return policy.run(spec, budgets, np.uint64(seed_key), int(first), int(count))
+
+
+# ---------------------------------------------------------------------------------------
+# String forms: the family parser with the policy table.
+
+def _build_policy(name: str, args: list[Any], kwargs: dict[str, Any]) -> Policy:
+    key = name.lower()
+    if key not in POLICIES:
+        raise UserError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
+    return bind_call(POLICIES[key], key, args, kwargs)
+
+
+def parse_policy(text: str) -> Policy:
+    """Build a policy from its string form.
+
+    Parameters
+    ----------
+    text : str
+        E.g. ``"dynamic(depth=6, topk=10)"``, ``"kary(4)"`` or a bare name such as
+        ``"chain"`` (a policy without required parameters).
+
+    Returns
+    -------
+    Policy
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        On a syntax error, an unknown name, a wrong argument or an invalid value.
+    """
+    if not isinstance(text, str):
+        raise UserError(f"a policy must be given as a string, got {text!r}")
+    out = parse_text(text, _build_policy, "policy")
+    if isinstance(out, str) and out.lower() in POLICIES:
+        out = _build_policy(out, [], {})
+    if not isinstance(out, Policy):
+        raise UserError(f"{text!r} is not a policy; known: {', '.join(sorted(POLICIES))}")
+    return out
