@@ -16,4 +16,5 @@ from brwsim.sweep import sweep
 __all__ = ["__version__", "UserError", "simulate", "summarize", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
-           "CorrelatedEntropy", "NGram"]
+           "CorrelatedEntropy", "NGram", "policies", "Optimal", "Chain", "KAry", "Expansion",
+           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep"]

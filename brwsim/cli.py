@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import shlex
 import sys
 from collections.abc import Sequence

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numba as nb
+from brwsim.kernels import njit_cached
 import numpy as np
 
 from brwsim.families.base import Family, Spec
@@ -21,7 +21,7 @@ from brwsim.simulate import seed_key
 __all__ = ["node_key", "node_logprobs", "path_uniform"]
 
 
-@nb.njit(cache=True)
+@njit_cached
 def _node_head(kinds, cw, fpar, ipar, data, cprog, head_cap, key, path, k, out):
     """Walk ``path`` from the root ``key`` (contexts follow it) and read k ranks at its end."""
     m = path.shape[0] + 1

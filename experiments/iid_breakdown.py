@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(DATA / "iid_breakdown.nc"))
     args = ap.parse_args()
     budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 13)])
-    trees, tokens = (200, 3000) if args.quick else (2000, 40000)
+    trees, tokens = (200, 3000) if args.quick else (1000, 20000)
     processes = ["markov", "ar1"]
     grid = [(p, s) for p in processes for s in STRENGTHS]
     rows = Parallel(n_jobs=args.jobs)(

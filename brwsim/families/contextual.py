@@ -10,7 +10,6 @@ real paths with :func:`brwsim.generate.path_moments`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np

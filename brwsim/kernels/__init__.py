@@ -2,12 +2,50 @@
 
 Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap them.
 
-Kernels that never allocate are compiled with :data:`kernel` (``cache=True`` and
-``_nrt=False``): without the numba runtime they carry no reference counting, which
-otherwise costs two atomic operations per array argument and call (measured: 200 -> 36
-ns per tree node on Uniform(3)). Functions that allocate use plain ``nb.njit(cache=True)``.
+* :data:`kernel` (``_nrt=False``) compiles kernels that never allocate: without the numba
+  runtime they carry no reference counting, which otherwise costs two atomic operations
+  per array argument and call (measured: 200 -> 36 ns per tree node on Uniform(3)).
+* :data:`njit_cached` compiles functions that allocate (workspaces, drivers).
+
+Both cache compiled code in a folder keyed by a hash of brwsim's sources. numba's own
+cache only notices changes to a function's file, so a caller in another module would keep
+stale machine code of a changed callee; keying on every source avoids that.
+``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``.
 """
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
 
 import numba as nb
 
-kernel = nb.njit(cache=True, _nrt=False)
+
+def _cache_dir() -> str:
+    digest = hashlib.sha1()
+    for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
+        digest.update(path.read_bytes())
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "brwsim-numba", digest.hexdigest()[:16])
+
+
+CACHE_DIR = _cache_dir()
+
+
+def _jit(**options):
+    """``numba.njit(cache=True, **options)`` caching into :data:`CACHE_DIR` only."""
+
+    def decorate(fn):
+        previous = nb.config.CACHE_DIR
+        nb.config.CACHE_DIR = CACHE_DIR
+        try:
+            return nb.njit(cache=True, **options)(fn)
+        finally:
+            nb.config.CACHE_DIR = previous
+
+    return decorate
+
+
+kernel = _jit(_nrt=False)
+njit_cached = _jit()

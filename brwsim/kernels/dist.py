@@ -254,6 +254,7 @@ def _context(cprog, key, d, lf, li, head, pd, rank):
         lf[d, CTX_F] = z
         return 0, -1, 0.5 * math.erfc(-z / math.sqrt(2.0))
     n = int(cprog[1])
+    lf[d, CTX_F] = 0.0
     if kind == CTX_DEPTH:
         if pd >= 0:
             li[d, CTX_I] = li[pd, CTX_I] + 1

@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-from brwsim.kernels import kernel
+from brwsim.kernels import kernel, njit_cached
 
 HDR = 6             # block header: V, N, D, base, order-3 child ranges, sorted base
 HDR_ORDER = 7       # per order >= 3: n_ctx, key, child, ptr, lam, tok, w
@@ -224,14 +223,14 @@ def ngram_init(data, o, beta, ctx, min_logq, head, d):
     return r
 
 
-@nb.njit(cache=True)
+@njit_cached
 def kn_table(data, o, ctxs, top, out):
     """KN distributions (by token id) of many contexts: ``out[i, :V]`` for ``ctxs[i]``."""
     for i in range(ctxs.shape[0]):
         kn_row(data, o, ctxs[i], top, out, i)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def kn_moments(data, o, ctxs, weights, beta, buf):
     """Weighted sums of H, sum q (log q)**2 and H**2 over contexts (q tempered by ``beta``).
 

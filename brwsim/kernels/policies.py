@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-from brwsim.kernels import kernel
+from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, root_key, unit
 from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _before, _new_levels,
@@ -119,7 +118,7 @@ def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, sdep, srank, sleaf, p
                 _init_node(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, p, r)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it,
                  sdep, srank, sleaf, sorder, budgets, acc_out, exp_out, dep_out):
     """A static shape on iterations it0 .. it0 + n_it - 1, scored into the outputs.
@@ -216,7 +215,7 @@ def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, depth, topk, pos, de
     return n
 
 
-@nb.njit(cache=True)
+@njit_cached
 def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, depth, topk,
                   budgets, acc_out, exp_out, dep_out):
     """EAGLE-2/3 trees of iterations it0 .. it0 + n_it - 1, scored into the outputs.
@@ -405,7 +404,7 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, sigma, beta, exact,
     return n
 
 
-@nb.njit(cache=True)
+@njit_cached
 def _noisy_levels(n_levels, head_cap, kh):
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
     return (keys, s_lev, np.empty(n_levels), on_lev, u_lev, c_lev, np.empty(n_levels, np.int64),
@@ -414,7 +413,7 @@ def _noisy_levels(n_levels, head_cap, kh):
             lf, li, head)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, sigma, beta,
                 kh, budgets, t_start, acc_out, exp_out, dep_out):
     """Best-first trees by the drafter's estimate on iterations it0 .. it0 + n_it - 1.

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 
-from brwsim.kernels import kernel
+from brwsim.kernels import kernel, njit_cached
 import numpy as np
 
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
@@ -33,7 +32,7 @@ _TOO_DEEP = -2
 MAX_NODES = 1 << 28               # hard limit on one pass (about 5 GB of buffers)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def _new_levels(n_levels, head_cap):
     """Per-level buffers of a pass: keys, positions, path state, family state, heads."""
     return (np.empty(n_levels, np.uint64), np.empty(n_levels), np.empty(n_levels, np.int8),
@@ -197,7 +196,7 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
     _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def new_workspace(p_max, head_cap):
     """Buffers of one worker: node arrays (6 P_max + 64) and 256 levels (both grow on demand)."""
     cap = 6 * p_max + 64
@@ -206,7 +205,7 @@ def new_workspace(p_max, head_cap):
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, root_ci, root_cf,
               budgets, t, ws, acc_out, exp_out, dep_out, col):
     """The optimal trees of one root for every budget, into column ``col`` of the outputs.
@@ -259,7 +258,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     return visited, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
 
 
-@nb.njit(cache=True)
+@njit_cached
 def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, budgets,
                    t_start, acc_out, exp_out, dep_out):
     """Optimal trees of iterations it0 .. it0 + n_it - 1 (roots drawn from the stationary law).

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-from brwsim.kernels import kernel
+from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import (CTX_DEPTH, CTX_F, CTX_I, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET,
                                  dist_init, dist_next)
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
@@ -59,7 +58,7 @@ def advance(kinds, cw, fpar, ipar, data, cprog, key, mode, ci, cf, steps, lf, li
     return key, li[cur, CTX_I], lf[cur, CTX_F]
 
 
-@nb.njit(cache=True)
+@njit_cached
 def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, budgets, n_tokens,
                    acc_out, exp_out, dep_out, ctx_i_out, ctx_f_out):
     """Optimal-tree calls until ``n_tokens`` tokens are produced; returns the number of calls.

@@ -1,0 +1,136 @@
+"""How far below the speed-of-light do practical drafters sit?
+
+On common random numbers (same environments, same sampled target paths), the fraction of
+the optimal E[X] reached by static trees (chain, k-ary, Medusa-style expansion, Sequoia
+fitted to the family), EAGLE-2/3-style dynamic trees, and best-first drafters whose
+estimates carry log-probability noise of scale sigma, for P = 1..4096 and the budgets real
+systems use (48-64 for EAGLE-2/3, 768 for Sequoia/SpecExec-scale trees). Families: the
+LLM-like default mixture and, when available, character n-gram models of English prose
+and Python code. Writes ``data/drafter_gap.nc`` and ``data/drafter_gap.png``.
+
+Usage::
+
+    python experiments/drafter_gap.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from joblib import Parallel, delayed
+
+from brwsim import parse_family, simulate
+from brwsim.families import DEFAULT_FAMILY
+from brwsim.io import provenance_attrs, write_netcdf_atomic
+from brwsim.policies import Sequoia, parse_policy
+from brwsim.simulate import validate_budgets
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+POLICIES = ["optimal()", "chain()", "kary(k=2)", "kary(k=4)", "expansion(widths=[4, 2, 2, 1, 1, 1, 1])",
+            "dynamic(depth=6, topk=10)", "dynamic(depth=8, topk=10)", "noisy(sigma=0.25)",
+            "noisy(sigma=0.5)", "noisy(sigma=1.0)", "noisy(sigma=2.0)"]
+
+
+def families() -> dict[str, str]:
+    """Family label -> string form (NGram corpora when the family exists)."""
+    out = {"LLM-like mixture (default)": DEFAULT_FAMILY}
+    try:
+        parse_family("ngram(corpus=prose, order=5)")
+    except Exception:  # noqa: BLE001 - the NGram family is optional here
+        return out
+    out["n-gram prose (order 5)"] = "ngram(corpus=prose, order=5)"
+    out["n-gram code (order 5)"] = "ngram(corpus=code, order=5)"
+    return out
+
+
+def measure(label: str, text: str, budgets: np.ndarray, trees: int, seed: int):
+    """Per-policy mean E[X | T] and the paired fraction of optimal with its standard error."""
+    fam = parse_family(text)
+    pols = [parse_policy(p) for p in POLICIES] + [Sequoia.from_family(fam, size=32, samples=2000)]
+    ds = simulate(fam, budgets, trees, seed=seed, policies=pols)
+    e = ds.expected_accepted.values                      # policy, budget, iteration
+    opt = e[0]
+    frac = e.mean(-1) / opt.mean(-1)
+    # delta method on the paired means: var(a/b) ~ var(a - r b) / (n b^2)
+    resid = e - frac[..., None] * opt[None]
+    frac_se = resid.std(-1, ddof=1) / np.sqrt(trees) / opt.mean(-1)
+    return label, [str(p) for p in ds.policy.values], e.mean(-1), frac, frac_se
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="drafter gap")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default=str(DATA / "drafter_gap.nc"))
+    args = ap.parse_args()
+    budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 13)] + [48, 768])
+    if args.quick:
+        budgets = budgets[budgets <= 256]
+    trees = 150 if args.quick else 1000
+    fams = families()
+    rows = Parallel(n_jobs=args.jobs)(delayed(measure)(k, v, budgets, trees, 7 + i)
+                                      for i, (k, v) in enumerate(fams.items()))
+    labels = rows[0][1][:-1] + ["sequoia (fitted to the family)"]
+    dims = ("family", "policy", "budget")
+    stack = lambda j: np.array([r[j] for r in rows])  # noqa: E731
+    ds = xr.Dataset(
+        {"expected_mean": xr.Variable(dims, stack(2), {"long_name": "mean E[X | T] of the policy's tree",
+                                                      "units": "1"}),
+         "fraction_of_optimal": xr.Variable(dims, stack(3), {"long_name": "E[X] / optimal E[X]",
+                                                            "units": "1"}),
+         "fraction_se": xr.Variable(dims, stack(4), {"long_name": "standard error of the fraction "
+                                                    "(paired, delta method)", "units": "1"})},
+        coords={"family": ("family", [r[0] for r in rows], {"long_name": "family", "units": "1"}),
+                "policy": ("policy", labels, {"long_name": "drafting policy", "units": "1"}),
+                "budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
+        attrs=provenance_attrs("brwsim drafter gap", {"families": fams, "policies": POLICIES,
+                                                      "trees": trees}, 7, "python experiments/drafter_gap.py"))
+    ds["sequoia_policies"] = xr.Variable(("family",), [r[1][-1] for r in rows],
+                                         {"long_name": "fitted Sequoia policy", "units": "1"})
+    out = Path(args.out)
+    write_netcdf_atomic(ds, out)
+    plot(ds, out.with_suffix(".png"))
+    show = [p for p in (16, 48, 64, 768, 4096) if p in budgets]
+    for fam in ds.family.values:
+        print(f"{fam}: fraction of optimal E[X] at P = {show} (optimal E[X]: "
+              + ", ".join(f"{float(ds.expected_mean.sel(family=fam, policy='optimal()', budget=p)):.3f}"
+                          for p in show) + ")")
+        for pol in ds.policy.values[1:]:
+            cells = " ".join(f"{float(ds.fraction_of_optimal.sel(family=fam, policy=pol, budget=p)):6.3f}"
+                             for p in show)
+            print(f"   {pol:42s} {cells}")
+    print(f"wrote {out}")
+
+
+def plot(ds: xr.Dataset, path: Path) -> None:
+    """Fraction of optimal E[X] against log2 P, one panel per family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = ds.sizes["family"]
+    fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 4.2), squeeze=False)
+    x = np.log2(ds.budget.values)
+    for ax, fam in zip(axes[0], ds.family.values):
+        for pol in ds.policy.values[1:]:
+            d = ds.sel(family=fam, policy=pol)
+            ax.errorbar(x, d.fraction_of_optimal, yerr=2 * d.fraction_se, ms=3, marker="o",
+                        label=str(pol)[:40], lw=1)
+        for p in (48, 64, 768):
+            ax.axvline(np.log2(p), color="grey", lw=0.5, ls=":")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("log2 P")
+        ax.set_ylabel("E[X] / optimal E[X]")
+        ax.set_title(str(fam))
+    axes[0][0].legend(fontsize=6, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
