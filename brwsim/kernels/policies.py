@@ -36,8 +36,8 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, root_key, unit
-from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _before, _new_levels,
-                                 _select, _select_by, _select_nested)
+from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _aim, _before,
+                                 _new_levels, _retarget, _select, _select_by, _select_nested)
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
 NOISE = np.uint64(0x452821E638D01377)
@@ -450,32 +450,20 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_i
                 (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev,
                  lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
                 continue
-            if n == _ABORT:
-                visited += cap
-                t_hi = t
-                if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
-                    t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
-                else:                   # a huge tie at one position: widen the buffers
-                    if 2 * cap > MAX_NODES:
-                        return -1, t
-                    cap *= 2
-                    est = np.empty(cap)
-                    pos = np.empty(cap)
-                    dep = np.empty(cap, np.int32)
-                    onpath = np.empty(cap, np.int8)
-                    order = np.empty(cap, np.int32)
-                continue
-            visited += n
-            if n < p_max:
-                t_lo = t
-                if t_hi < np.inf:
-                    t = 0.5 * (t_lo + t_hi)
-                else:
-                    t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
-                continue
-            break
+            visited += cap if n == _ABORT else n
+            done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
+            if widen:                   # a huge tie at one position: widen the buffers
+                if 2 * cap > MAX_NODES:
+                    return -1, t
+                cap *= 2
+                est = np.empty(cap)
+                pos = np.empty(cap)
+                dep = np.empty(cap, np.int32)
+                onpath = np.empty(cap, np.int8)
+                order = np.empty(cap, np.int32)
+            if done:
+                break
         _select_by(n, est, dep, order, budgets)
         _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
-        if n > 2 * p_max:
-            t -= 0.5 * math.log(n / (1.5 * p_max))
+        t = _aim(n, p_max, t)
     return visited, t

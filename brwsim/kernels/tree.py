@@ -196,6 +196,37 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
     _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
 
 
+@kernel
+def _retarget(n, p_max, t, t_lo, t_hi):
+    """Threshold bookkeeping after a pass of ``n`` nodes (or ``_ABORT``): bisect or extrapolate.
+
+    Returns (done, t, t_lo, t_hi, widen); ``widen`` asks the caller to double its node
+    buffers and retry at the same threshold (a huge tie at one position).
+    """
+    if n == _ABORT:
+        t_hi = t
+        if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
+            t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
+            return False, t, t_lo, t_hi, False
+        return False, t, t_lo, t_hi, True
+    if n < p_max:
+        t_lo = t
+        if t_hi < np.inf:
+            t = 0.5 * (t_lo + t_hi)
+        else:
+            t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
+        return False, t, t_lo, t_hi, False
+    return True, t, t_lo, t_hi, False
+
+
+@kernel
+def _aim(n, p_max, t):
+    """Threshold for the next root: aim at about 1.5 P_max nodes after a pass of ``n``."""
+    if n > 2 * p_max:
+        t -= 0.5 * math.log(n / (1.5 * p_max))
+    return t
+
+
 @njit_cached
 def new_workspace(p_max, head_cap):
     """Buffers of one worker: node arrays (6 P_max + 64) and 256 levels (both grow on demand)."""
@@ -229,33 +260,20 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         if n == _TOO_DEEP:
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
             continue
-        if n == _ABORT:
-            visited += cap
-            t_hi = t
-            if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
-                t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
-            else:                   # a huge tie at one position: widen the buffers
-                if 2 * cap > MAX_NODES:
-                    return -1, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
-                cap *= 2
-                pos = np.empty(cap)
-                dep = np.empty(cap, np.int32)
-                onpath = np.empty(cap, np.int8)
-                order = np.empty(cap, np.int32)
-            continue
-        visited += n
-        if n < p_max:
-            t_lo = t
-            if t_hi < np.inf:
-                t = 0.5 * (t_lo + t_hi)
-            else:
-                t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
-            continue
-        break
+        visited += cap if n == _ABORT else n
+        done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
+        if widen:                   # a huge tie at one position: widen the buffers
+            if 2 * cap > MAX_NODES:
+                return -1, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+            cap *= 2
+            pos = np.empty(cap)
+            dep = np.empty(cap, np.int32)
+            onpath = np.empty(cap, np.int8)
+            order = np.empty(cap, np.int32)
+        if done:
+            break
     _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
-    if n > 2 * p_max:               # aim the next pass at about 1.5 P_max nodes
-        t -= 0.5 * math.log(n / (1.5 * p_max))
-    return visited, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+    return visited, _aim(n, p_max, t), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
 
 
 @njit_cached
