@@ -69,7 +69,7 @@ def main() -> None:
     budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 13)] + [48, 768])
     if args.quick:
         budgets = budgets[budgets <= 256]
-    trees = 150 if args.quick else 1000
+    trees = 150 if args.quick else 600
     fams = families()
     rows = Parallel(n_jobs=args.jobs)(delayed(measure)(k, v, budgets, trees, 7 + i)
                                       for i, (k, v) in enumerate(fams.items()))

@@ -7,8 +7,9 @@ Two context-dependent environments, each reducing to an i.i.d. family at strengt
 * ``ar1``: gamma(2, 0.5)-distributed entropies (mean 1 nat) following an AR(1) copula with
   rho 0..0.99;
 
-plus, when the NGram family is available, character n-gram models of English prose and
-Python code. For every strength and budget P = 1..4096 it measures the Monte Carlo E[X]
+plus character n-gram models (order 5) of English prose and Python code, whose i.i.d.
+prediction is built from the distributions measured along sampled paths (what a user
+measures on a real model). For every strength and budget P = 1..4096 it measures the Monte Carlo E[X]
 (independent roots from the stationary law) and divides it by the i.i.d. renewal
 prediction of the same marginal law (what a user fitting an i.i.d. model to measured
 entropies would predict). It also runs generation (``brwsim.generate``) at P = 64, where
@@ -30,7 +31,7 @@ import xarray as xr
 from joblib import Parallel, delayed
 from scipy import stats
 
-from brwsim import CorrelatedEntropy, Dirichlet, Geometric, MarkovRegime, simulate
+from brwsim import CorrelatedEntropy, Dirichlet, Geometric, MarkovRegime, NGram, simulate
 from brwsim.generate import generate
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.simulate import predictions, validate_budgets
@@ -59,6 +60,20 @@ def measure(process: str, strength: float, budgets: np.ndarray, trees: int, toke
             gen.attrs["tokens_per_call"], float(gen.accepted.std() / np.sqrt(gen.attrs["calls"])))
 
 
+def measure_ngram(corpus: str, budgets: np.ndarray, trees: int, tokens: int, seed: int):
+    """Real text: Monte Carlo E[X] against the i.i.d. prediction built from path moments."""
+    from brwsim.generate import path_moments
+    from brwsim.theory import prediction
+
+    fam = NGram(corpus, order=5)
+    e = simulate(fam, budgets, trees, seed=seed).expected_accepted.values
+    pm = path_moments(fam, 2000, 8, seed=seed)
+    pred = prediction(pm.iid_family(), budgets)
+    gen = generate(fam, None, 64, tokens, seed=seed + 1)
+    return (e.mean(1), e.std(1, ddof=1) / np.sqrt(trees), pred, gen.attrs["tokens_per_call"],
+            pm.mu, pm.mu2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="i.i.d. breakdown")
     ap.add_argument("--quick", action="store_true")
@@ -69,8 +84,11 @@ def main() -> None:
     trees, tokens = (200, 3000) if args.quick else (1000, 20000)
     processes = ["markov", "ar1"]
     grid = [(p, s) for p in processes for s in STRENGTHS]
-    rows = Parallel(n_jobs=args.jobs)(
-        delayed(measure)(p, s, budgets, trees, tokens, 1000 + i) for i, (p, s) in enumerate(grid))
+    corpora = ["prose", "code"]
+    jobs = [delayed(measure)(p, s, budgets, trees, tokens, 1000 + i) for i, (p, s) in enumerate(grid)]
+    jobs += [delayed(measure_ngram)(c, budgets, trees, tokens, 2000 + i) for i, c in enumerate(corpora)]
+    rows = Parallel(n_jobs=args.jobs)(jobs)
+    rows, ngram = rows[:len(grid)], rows[len(grid):]
     shape = (len(processes), len(STRENGTHS), budgets.size)
     mc = np.array([r[0] for r in rows]).reshape(shape)
     se = np.array([r[1] for r in rows]).reshape(shape)
@@ -89,7 +107,8 @@ def main() -> None:
              "long_name": "tokens per call of a generation run at P = 64", "units": "1"}),
          "generation_se": xr.Variable(dims[:2], gen_se, {"long_name": "standard error of the mean X "
                                                          "of the generation run", "units": "1"})},
-        coords={"process": ("process", processes, {"long_name": "context process", "units": "1"}),
+        coords={"corpus": ("corpus", corpora, {"long_name": "n-gram corpus (order 5)", "units": "1"}),
+                "process": ("process", processes, {"long_name": "context process", "units": "1"}),
                 "strength": ("strength", STRENGTHS, {"long_name": "persistence (markov) or rho (ar1)",
                                                      "units": "1"}),
                 "budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
@@ -97,6 +116,21 @@ def main() -> None:
                                {"strengths": STRENGTHS, "trees": trees, "tokens": tokens,
                                 "markov": repr(make("markov", 0.9)), "ar1": repr(make("ar1", 0.9))},
                                1000, "python experiments/iid_breakdown.py"))
+    cb = ("corpus", "budget")
+    ng = lambda j: np.array([r[j] for r in ngram])  # noqa: E731
+    ds["ngram_mc_mean"] = xr.Variable(cb, ng(0), {"long_name": "n-gram Monte Carlo E[X]", "units": "1"})
+    ds["ngram_mc_se"] = xr.Variable(cb, ng(1), {"long_name": "standard error of ngram_mc_mean",
+                                               "units": "1"})
+    ds["ngram_iid_prediction"] = xr.Variable(cb, ng(2), {
+        "long_name": "i.i.d. prediction from distributions measured along sampled paths", "units": "1"})
+    ds["ngram_ratio"] = ds["ngram_mc_mean"] / ds["ngram_iid_prediction"]
+    ds["ngram_ratio"].attrs = {"long_name": "n-gram Monte Carlo / i.i.d. prediction", "units": "1"}
+    ds["ngram_generation_tokens_per_call"] = xr.Variable(("corpus",), ng(3), {
+        "long_name": "tokens per call of a generation run at P = 64", "units": "1"})
+    ds["ngram_path_mu"] = xr.Variable(("corpus",), ng(4), {"long_name": "mu along sampled paths",
+                                                          "units": "nat"})
+    ds["ngram_path_mu2"] = xr.Variable(("corpus",), ng(5), {"long_name": "mu2 along sampled paths",
+                                                           "units": "nat2"})
     out = Path(args.out)
     write_netcdf_atomic(ds, out)
     plot(ds, out.with_suffix(".png"))
@@ -109,6 +143,10 @@ def main() -> None:
                              for b in show)
             print(f"{p:7s} {s:5.2f}  {cells}   tau gen {gen[processes.index(p), j]:.3f} "
                   f"vs iid {pred[processes.index(p), j, i64] + 1:.3f}")
+    for i, c in enumerate(corpora):
+        cells = " ".join(f"{ds.ngram_ratio.values[i, np.searchsorted(budgets, b)]:6.3f}" for b in show)
+        print(f"ngram   {c:5s}  {cells}   tau gen {ng(3)[i]:.3f} vs iid "
+              f"{ng(2)[i][i64] + 1:.3f}  (path mu {ng(4)[i]:.3f})")
     print(f"columns: P = {show}; wrote {out}")
 
 
@@ -119,7 +157,7 @@ def plot(ds: xr.Dataset, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, ds.sizes["process"], figsize=(6 * ds.sizes["process"], 3.8))
+    fig, axes = plt.subplots(1, ds.sizes["process"] + 1, figsize=(6 * (ds.sizes["process"] + 1), 3.8))
     for ax, proc in zip(np.atleast_1d(axes), ds.process.values):
         r = ds.ratio.sel(process=proc).values
         im = ax.imshow(r, aspect="auto", origin="lower", cmap="RdBu_r", vmin=0.5, vmax=1.5,
@@ -132,6 +170,18 @@ def plot(ds: xr.Dataset, path: Path) -> None:
         for (i, j), v in np.ndenumerate(r):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6)
         fig.colorbar(im, ax=ax)
+    if "ngram_ratio" in ds:
+        ax = axes[-1]
+        x = np.log2(ds.budget.values)
+        for c in ds.corpus.values:
+            d = ds.sel(corpus=c)
+            ax.errorbar(x, d.ngram_ratio, yerr=2 * d.ngram_mc_se / d.ngram_iid_prediction, marker="o",
+                        ms=3, label=f"{c} (order 5)")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xlabel("log2 P")
+        ax.set_ylabel("Monte Carlo / i.i.d. prediction")
+        ax.set_title("real text: character n-grams")
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
