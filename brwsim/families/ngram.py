@@ -166,6 +166,14 @@ def _train(text: str, order: int, discount: float) -> tuple[str, np.ndarray, np.
     return alphabet, block, pos_ctx
 
 
+def _temper(q: np.ndarray, beta: float) -> np.ndarray:
+    """q**beta renormalised (a full distribution: no mass outside the vocabulary)."""
+    if beta == 1.0:
+        return q
+    w = q ** beta
+    return w / w.sum()
+
+
 class NGram(Family):
     """Character n-gram model with interpolated Kneser-Ney smoothing, trained on real text.
 
@@ -271,11 +279,7 @@ class NGram(Family):
         code, top = self._encode(context)
         out = np.empty((1, self.vocab))
         kn_table(self._block, 0, np.array([code], np.int64), top, out)
-        q = out[0]
-        if beta != 1.0:
-            q = q ** beta
-            q /= q.sum()
-        return q
+        return _temper(out[0], beta)
 
     def path_text(self, seed: int, iteration: int, path: Any = ()) -> str:
         """The text at a node of the environment: the root's context, then the path's tokens.
@@ -307,11 +311,7 @@ class NGram(Family):
         ctx = self._pos_ctx[rng.integers(self._pos_ctx.size)]
         out = np.empty((1, self.vocab))
         kn_table(self._block, 0, np.array([ctx], np.int64), _TOP, out)
-        q = out[0]
-        if beta != 1.0:
-            q = q ** beta
-            q /= q.sum()
-        return np.sort(q)[::-1]
+        return np.sort(_temper(out[0], beta))[::-1]
 
     def spine_steps(self):
         """The exact spine-step law of the stationary marginal (:func:`brwsim.theory.spine_steps`).
