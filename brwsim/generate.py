@@ -39,7 +39,8 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     family : Family
         Any family; context-dependent ones carry their context from call to call.
     policy : Policy or str, optional
-        ``None``, ``"optimal"`` or ``Optimal()``: generation runs use the optimal tree.
+        The drafting policy of every call (default: the optimal tree). The optimal policy
+        runs entirely in numba; the others are driven call by call from Python.
     budget : int
         Draft budget P of every call.
     tokens : int
@@ -54,12 +55,12 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         ``depth``, ``root_context`` (regime / depth index) and ``root_latent`` (AR(1) latent);
         attributes ``tokens_per_call`` (produced tokens / calls) and ``calls``.
     """
-    if isinstance(policy, str):
-        from brwsim.policies import parse_policy
+    from brwsim.policies import Optimal, Policy, parse_policy
 
+    if isinstance(policy, str):
         policy = parse_policy(policy)
-    if policy is not None and type(policy).__name__ != "Optimal":
-        raise UserError(f"generate supports the optimal policy only, got {policy!r}")
+    if policy is not None and not isinstance(policy, Policy):
+        raise UserError(f"policy must be a brwsim policy or its string form, got {policy!r}")
     if not isinstance(family, Family):
         raise UserError(f"family must be a brwsim family, got {family!r}")
     b = validate_budgets([budget])
@@ -72,8 +73,11 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     dep = np.empty((1, width), np.int32)
     ci = np.empty(width, np.int64)
     cf = np.empty(width)
-    calls = generation_run(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                           spec.head_cap, seed_key(seed), run, b, tokens, acc, exp, dep, ci, cf)
+    if policy is None or isinstance(policy, Optimal):
+        calls = generation_run(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
+                               spec.head_cap, seed_key(seed), run, b, tokens, acc, exp, dep, ci, cf)
+    else:
+        calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
     if calls < 0:
         raise UserError("more than 2**28 nodes tie at one path probability")
     x = acc[0, :calls]
@@ -93,6 +97,32 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     ds.attrs["calls"] = calls
     ds.attrs["tokens_produced"] = produced
     return ds
+
+
+def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, cf_out) -> int:
+    """A generation run driven from Python: one policy tree per call, then advance X + 1."""
+    from brwsim.kernels.dist import CTX_DEPTH, ROOT_DRAW, ROOT_PRESET
+    from brwsim.kernels.walk import advance
+    from brwsim.policies import Roots
+
+    lf = np.empty((2, LEVEL_F))
+    li = np.empty((2, LEVEL_I), np.int64)
+    head = np.empty((2, max(spec.head_cap, 1)))
+    args = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog)
+    node, ci, cf = advance(*args, np.uint64(root_key(key, np.uint64(run))), ROOT_DRAW, 0, 0.0, 0,
+                           lf, li, head)              # the first root and its drawn context
+    produced = calls = 0
+    while produced < tokens and calls < acc.shape[1]:
+        a, e, d = policy.run_roots(spec, budgets, Roots.preset(node, ci, cf))
+        acc[0, calls], exp[0, calls], dep[0, calls] = a[-1, 0], e[-1, 0], d[-1, 0]
+        ci_out[calls], cf_out[calls] = ci, cf
+        x = int(a[-1, 0])
+        node, ci, cf = advance(*args, np.uint64(node), ROOT_PRESET, ci, cf, x + 1, lf, li, head)
+        if int(spec.cprog[0]) == CTX_DEPTH:
+            ci = 0                           # depth counts from the new root
+        produced += x + 1
+        calls += 1
+    return calls
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ from brwsim.errors import UserError
 from brwsim.families.parse import bind_call, parse_text
 from brwsim.families.base import Family, Spec, _fmt, check_int, check_positive
 from brwsim.kernels import policies as _k
+from brwsim.kernels.dist import ROOT_DRAW, ROOT_PRESET
 
-__all__ = ["Policy", "Optimal", "Chain", "KAry", "Expansion", "Sequoia", "Dynamic", "Noisy",
+__all__ = ["Policy", "Roots", "Optimal", "Chain", "KAry", "Expansion", "Sequoia", "Dynamic", "Noisy",
            "POLICIES", "DEFAULT_POLICY", "parse_policy", "run_policy"]
 
 #: Budgets up to this many levels x head buffer entries are allowed for static shapes.
@@ -56,6 +57,11 @@ class Policy:
     def run(self, spec: Spec, budgets: np.ndarray, key: np.uint64, first: int,
             count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Iterations ``first .. first + count - 1``: see :func:`run_policy`."""
+        return self.run_roots(spec, budgets, Roots.stationary(key, first, count))
+
+    def run_roots(self, spec: Spec, budgets: np.ndarray,
+                  roots: "Roots") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The policy's trees below explicit roots (one output column per root)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -67,6 +73,34 @@ class Policy:
 
     def __hash__(self) -> int:
         return hash(repr(self))
+
+
+class Roots(NamedTuple):
+    """Roots of trees: keys, and how their context is set (see ``brwsim.kernels.dist``).
+
+    ``mode`` is ROOT_DRAW (each root's context drawn from the stationary law; ``ci``/``cf``
+    ignored) or ROOT_PRESET (context ``ci[i]``, latent ``cf[i]``: generation runs).
+    """
+
+    keys: np.ndarray
+    mode: int
+    ci: np.ndarray
+    cf: np.ndarray
+
+    @classmethod
+    def stationary(cls, key: np.uint64, first: int, count: int) -> "Roots":
+        """The roots of iterations first .. first + count - 1 of a seed key."""
+        from brwsim.kernels.rng import root_key
+
+        keys = np.array([root_key(np.uint64(key), np.uint64(first + i)) for i in range(count)],
+                        dtype=np.uint64)
+        return cls(keys, ROOT_DRAW, np.zeros(count, np.int64), np.zeros(count))
+
+    @classmethod
+    def preset(cls, key: int, ci: int, cf: float) -> "Roots":
+        """One root with a given context (the next call of a generation run)."""
+        return cls(np.array([key], np.uint64), ROOT_PRESET, np.array([ci], np.int64),
+                   np.array([cf], np.float64))
 
 
 def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -91,6 +125,20 @@ class Optimal(Policy):
         from brwsim.simulate import run_iterations
 
         acc, exp, dep, _, _ = run_iterations(spec, budgets, key, first, count)
+        return acc, exp, dep
+
+    def run_roots(self, spec, budgets, roots):
+        from brwsim.kernels.tree import grow_tree, new_workspace
+
+        acc, exp, dep = _outputs(budgets.size, roots.keys.size)
+        ws = new_workspace(budgets[-1], spec.head_cap)
+        t = math.log(1.5 * budgets[-1]) + 1.0
+        for i in range(roots.keys.size):
+            v, t, ws = grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
+                                 spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
+                                 roots.cf[i], budgets, t, ws, acc, exp, dep, i)
+            if v < 0:
+                raise UserError("more than 2**28 nodes tie at one path probability")
         return acc, exp, dep
 
 
@@ -159,15 +207,15 @@ class _StaticPolicy(Policy):
             cache[p_max] = _compile_shape(np.asarray(parent, np.int64), np.asarray(rank, np.int64))
         return cache[p_max]
 
-    def run(self, spec, budgets, key, first, count):
+    def run_roots(self, spec, budgets, roots):
         sh = self._compiled(int(budgets[-1]))
-        acc, exp, dep = _outputs(budgets.size, count)
+        acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         levels = int(sh.depth.max()) + 1
         if levels * max(spec.head_cap, 1) > _MAX_LEVEL_CELLS:
             raise UserError(f"{self!r}: a tree of depth {levels - 1} is too deep for this "
                             "family's buffers; use a smaller budget")
         _k.static_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                        spec.head_cap, np.uint64(key), first, count, sh.depth, sh.rank, sh.leaf,
+                        spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, sh.depth, sh.rank, sh.leaf,
                         sh.order, np.minimum(budgets, sh.size), acc, exp, dep)
         return acc, exp, dep
 
@@ -367,11 +415,12 @@ class Dynamic(Policy):
     def params(self) -> dict[str, Any]:
         return {"depth": self.depth, "topk": self.topk, "total": self.total}
 
-    def run(self, spec, budgets, key, first, count):
+    def run_roots(self, spec, budgets, roots):
         b = budgets if self.total is None else np.minimum(budgets, self.total)
-        acc, exp, dep = _outputs(budgets.size, count)
+        acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         _k.dynamic_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                         spec.head_cap, np.uint64(key), first, count, self.depth, self.topk,
+                         spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, self.depth,
+                         self.topk,
                          np.ascontiguousarray(b, dtype=np.int64), acc, exp, dep)
         return acc, exp, dep
 
@@ -412,11 +461,12 @@ class Noisy(Policy):
     def params(self) -> dict[str, Any]:
         return {"sigma": self.sigma, "T": self.T}
 
-    def run(self, spec, budgets, key, first, count):
-        acc, exp, dep = _outputs(budgets.size, count)
+    def run_roots(self, spec, budgets, roots):
+        acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         t_start = math.log(1.5 * budgets[-1]) + 1.0
         visited, _ = _k.noisy_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                    spec.cprog, spec.head_cap, np.uint64(key), first, count,
+                                    spec.cprog, spec.head_cap, roots.keys, roots.mode, roots.ci,
+                                    roots.cf,
                                     self.sigma, 1.0 / self.T, _k.HEAD_K, budgets, t_start,
                                     acc, exp, dep)
         if visited < 0:

@@ -227,6 +227,8 @@ def _context(cprog, key, d, lf, li, head, pd, rank):
     """
     kind = int(cprog[0])
     if kind == CTX_NONE:
+        li[d, CTX_I] = 0                # i.i.d.: no context, but never leave it undefined
+        lf[d, CTX_F] = 0.0
         return 0, -1, -1.0
     rk = purpose_key(key, REGIME)
     if kind == CTX_NGRAM:
@@ -252,6 +254,7 @@ def _context(cprog, key, d, lf, li, head, pd, rank):
         else:
             z = lf[d, CTX_F]
         lf[d, CTX_F] = z
+        li[d, CTX_I] = 0
         return 0, -1, 0.5 * math.erfc(-z / math.sqrt(2.0))
     n = int(cprog[1])
     lf[d, CTX_F] = 0.0

@@ -34,8 +34,8 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
-from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, root_key, unit
+from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
+from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
 from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _aim, _before,
                                  _new_levels, _retarget, _select, _select_by, _select_nested)
 
@@ -71,7 +71,8 @@ def _next_logq(fpar, ipar, data, key, row, lf, li, head):
 # Static shapes
 
 @kernel
-def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, sdep, srank, sleaf, pos, dep, onpath,
+def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sdep, srank, sleaf,
+                 pos, dep, onpath,
                  keys, s_lev, on_lev, u_lev, c_lev, r_lev, p_lev, lf, li, head):
     """Positions, depths and path flags of a pre-order shape below the root ``rkey``.
 
@@ -85,7 +86,9 @@ def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, sdep, srank, sleaf, p
     u_lev[0] = unit(purpose_key(rkey, PATH), 0)
     c_lev[0] = 0.0
     r_lev[0] = 0
-    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, ROOT_DRAW, 0)
+    li[0, CTX_I] = rci
+    lf[0, CTX_F] = rcf
+    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, rmode, 0)
     for i in range(sdep.shape[0]):
         d = sdep[i]
         p = d - 1
@@ -119,9 +122,12 @@ def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, sdep, srank, sleaf, p
 
 
 @njit_cached
-def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it,
+def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf,
                  sdep, srank, sleaf, sorder, budgets, acc_out, exp_out, dep_out):
-    """A static shape on iterations it0 .. it0 + n_it - 1, scored into the outputs.
+    """A static shape below each root ``rkeys[i]``, scored into column i of the outputs.
+
+    Roots: ``rmode`` ROOT_DRAW (context from the stationary law) or ROOT_PRESET (context
+    ``rci[i]``, ``rcf[i]``), as for every policy kernel here.
 
     ``sdep``, ``srank``, ``sleaf`` describe the shape in pre-order (children in rank
     order); ``sorder[j]`` is the pre-order index of the node of priority j; ``budgets``
@@ -137,8 +143,8 @@ def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_
     pos = np.empty(n)
     dep = np.empty(n, np.int32)
     onpath = np.empty(n, np.int8)
-    for col in range(n_it):
-        _static_tree(kinds, cw, fpar, ipar, data, cprog, root_key(seed_key, it0 + col),
+    for col in range(rkeys.shape[0]):
+        _static_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col], rcf[col],
                      sdep, srank, sleaf, pos, dep, onpath, keys, s_lev, on_lev, u_lev, c_lev,
                      r_lev, p_lev, lf, li, head)
         _accumulate(sorder, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
@@ -173,14 +179,17 @@ def _expand(fpar, ipar, data, key, row, ppos, pdep, on, u, k, pos, dep, onpath, 
 
 
 @kernel
-def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, depth, topk, pos, dep, onpath,
+def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, depth, topk, pos,
+                  dep, onpath,
                   ckey, crank, crow, lay, lf, li, head):
     """All candidates of the EAGLE layers below ``rkey``, in generation order; returns count.
 
     Every expanded node keeps its own level row (its context stays readable by its
     children): row 0 is the root, rows 1.. the expanded nodes in expansion order.
     """
-    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, ROOT_DRAW, 0)
+    li[0, CTX_I] = rci
+    lf[0, CTX_F] = rcf
+    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, rmode, 0)
     n = _expand(fpar, ipar, data, rkey, 0, 0.0, np.int64(0), np.int64(1),
                 unit(purpose_key(rkey, PATH), 0), topk, pos, dep, onpath, ckey, crank, crow, 0,
                 lf, li, head)
@@ -216,9 +225,9 @@ def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, depth, topk, pos, de
 
 
 @njit_cached
-def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, depth, topk,
-                  budgets, acc_out, exp_out, dep_out):
-    """EAGLE-2/3 trees of iterations it0 .. it0 + n_it - 1, scored into the outputs.
+def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, depth,
+                  topk, budgets, acc_out, exp_out, dep_out):
+    """EAGLE-2/3 trees below the roots ``rkeys`` (see :func:`static_chunk`), scored.
 
     The tree of budget P is the first P candidates by (path value, depth, generation
     order); ``budgets`` is non-decreasing, already capped at the policy's ``total``.
@@ -237,9 +246,9 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n
     li = np.empty((n_rows, LEVEL_I), np.int64)
     head = np.empty((n_rows, max(head_cap, 1)))
     bc = np.empty_like(budgets)
-    for col in range(n_it):
-        n = _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, root_key(seed_key, it0 + col),
-                          depth, topk, pos, dep, onpath, ckey, crank, crow, lay, lf, li, head)
+    for col in range(rkeys.shape[0]):
+        n = _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col],
+                          rcf[col], depth, topk, pos, dep, onpath, ckey, crank, crow, lay, lf, li, head)
         for b in range(budgets.shape[0]):
             bc[b] = min(budgets[b], n)
         _select_nested(n, pos, dep, onpath, order, bc, acc_out, exp_out, dep_out, col)
@@ -326,7 +335,8 @@ def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sig
 
 
 @kernel
-def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, sigma, beta, exact, kh, t, cap,
+def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sigma, beta, exact,
+                   kh, t, cap,
                    dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
                    r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
     """Nodes with estimated position <= t, in pre-order (children in rank order).
@@ -342,7 +352,9 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, sigma, beta, exact,
     keys[0] = rkey
     s_lev[0] = 0.0
     t_lev[0] = 0.0
-    _noisy_level(kinds, cw, fpar, ipar, data, cprog, rkey, 0, ROOT_DRAW, 0, 1, sigma, beta, exact,
+    li[0, CTX_I] = rci
+    lf[0, CTX_F] = rcf
+    _noisy_level(kinds, cw, fpar, ipar, data, cprog, rkey, 0, rmode, 0, 1, sigma, beta, exact,
                  kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head)
     r_lev[0] = 0 if -h_lev[0] <= t else min(g_lev[0], kh)
     n = 0
@@ -414,9 +426,9 @@ def _noisy_levels(n_levels, head_cap, kh):
 
 
 @njit_cached
-def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, sigma, beta,
+def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, sigma, beta,
                 kh, budgets, t_start, acc_out, exp_out, dep_out):
-    """Best-first trees by the drafter's estimate on iterations it0 .. it0 + n_it - 1.
+    """Best-first trees by the drafter's estimate below the roots ``rkeys`` (see static_chunk).
 
     ``sigma == 0 and beta == 1`` is the exact drafter: estimates are the true
     log-probabilities, unnormalised, so the trees are bit for bit the optimal ones. The
@@ -436,12 +448,13 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_i
      lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
     t = t_start
     visited = 0
-    for col in range(n_it):
-        rkey = root_key(seed_key, it0 + col)
+    for col in range(rkeys.shape[0]):
+        rkey = rkeys[col]
         t_lo = -np.inf
         t_hi = np.inf
         while True:
-            n = _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, sigma, beta, exact, kh,
+            n = _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci[col], rcf[col],
+                               sigma, beta, exact, kh,
                                t, cap, p_max, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev,
                                u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
                                head)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from brwsim import (CorrelatedEntropy, DepthDrift, Dirichlet, EntropyTarget, Geometric, MarkovRegime,
-                    Mixture, UserError, Zipf, parse_family, simulate, summarize)
+                    Mixture, UserError, Zipf, parse_family, simulate)
 from brwsim.environment import node_logprobs, path_uniform
 from brwsim.generate import generate, path_moments
 from brwsim.reference import best_first, env_provider
@@ -119,3 +119,21 @@ def test_path_moments_iid_match_family_moments():
     assert abs(pm.mu - m.mu) < 4.5 * max(pm.mu_se, 1e-3)
     assert abs(pm.mu2 - m.mu2) < 4.5 * max(pm.mu2_se, 1e-3)
     assert pm.rows.shape == (9000, 64)
+
+
+@pytest.mark.parametrize("fam", [CONTEXTUAL[0], CONTEXTUAL[2], Dirichlet(0.05, 200)], ids=lambda f: f.name)
+def test_generate_policy_path_matches_optimal_path(fam):
+    """noisy(sigma=0) builds the optimal trees: its Python-driven run equals the numba run."""
+    a = generate(fam, None, 32, 1500, seed=2)
+    b = generate(fam, "noisy(sigma=0)", 32, 1500, seed=2)
+    for v in ("accepted", "expected_accepted", "depth", "root_context", "root_latent"):
+        np.testing.assert_array_equal(a[v].values, b[v].values)
+
+
+def test_generate_with_a_practical_policy_agrees_with_simulate():
+    fam = Dirichlet(0.1, 100)
+    g = generate(fam, "kary(k=2)", 16, 3000, seed=1)
+    sim = simulate(fam, [16], 2000, seed=3, policies=["kary(k=2)"]).accepted.values[0, 0]
+    _diff_within_se(g.accepted.values, sim)
+    with pytest.raises(UserError, match="policy"):
+        generate(fam, 3.5, 16, 100)

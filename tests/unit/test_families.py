@@ -12,7 +12,6 @@ from brwsim import (Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometri
                     SoftmaxNormal, Tempered, Uniform, UserError, Zipf, parse_family)
 from brwsim.families import DEFAULT_FAMILY, FAMILIES
 from brwsim.families.base import distribution_moments
-from tests.conftest import FAMILY_TABLE
 
 INVALID = [
     (lambda: Uniform(1), "k"), (lambda: Uniform(2.5), "k"),
