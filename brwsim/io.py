@@ -13,13 +13,15 @@ import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-__all__ = ["provenance_attrs", "write_netcdf_atomic", "open_dataset"]
+__all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "open_dataset"]
 
 CONVENTIONS = "CF-1.10"
 
@@ -79,6 +81,25 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
     }
 
 
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed onto it when the block succeeds.
+
+    The temporary name is ``.<name>.<random><suffix>`` in the destination folder (created
+    if missing); on any exception it is deleted and ``path`` is left untouched.
+    """
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
     """Write ``ds`` to ``path`` atomically (temporary file in the same folder, then rename).
 
@@ -94,18 +115,9 @@ def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
     pathlib.Path
         The destination path.
     """
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine="netcdf4")
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return dest
+    return Path(path)
 
 
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:

@@ -22,7 +22,6 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import numpy as np
 
 from brwsim.config import Block, SweepConfig, load_config
 from brwsim.errors import UserError
+from brwsim.io import atomic_path
 from brwsim.shards import (
     RAW_VARS,
     SUM_VARS,
@@ -217,10 +217,8 @@ def _json_short(value: Any) -> str:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def _remove_temporaries(out: Path) -> None:
@@ -413,21 +411,14 @@ def _merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], _ShardInfo]
     from brwsim.io import provenance_attrs
 
     dest = out / RESULTS
-    fd, tmp = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=out)
-    os.close(fd)
-    try:
-        with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
-            attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
-            attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
-                         summary_only=int(not raw), iterations=cfg.iterations,
-                         chunk=cfg.chunk, prediction_method=cfg.prediction)
-            nc.setncatts(attrs)
-            for block in cfg.blocks:
-                _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(dest) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
+        attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
+        attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
+                     summary_only=int(not raw), iterations=cfg.iterations,
+                     chunk=cfg.chunk, prediction_method=cfg.prediction)
+        nc.setncatts(attrs)
+        for block in cfg.blocks:
+            _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
     return dest
 
 

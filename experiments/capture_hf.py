@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.io import write_netcdf_atomic
+from brwsim.io import atomic_path, write_netcdf_atomic
 from brwsim.logprobs import describe_bank, import_logprobs
 
 __all__ = ["main", "capture", "build_parser"]
@@ -172,16 +170,8 @@ def capture(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], int]:
 
 
 def _save_npz_atomic(arrays: dict[str, np.ndarray], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".npz") as tmp:      # .npz: np.savez keeps the name as is
         np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
