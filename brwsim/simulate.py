@@ -177,7 +177,7 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     """
     from brwsim.theory import paper_bound
 
-    mom = family.moments()
+    mom = _memo(family, "moments", family.moments)
     pred_num, pred_asy = predictions(family, budgets)
     n_it = acc.shape[-1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
@@ -217,6 +217,18 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     return xr.Dataset(data, coords, attrs)
 
 
+def _memo(family: Family, name: str, compute: Any) -> Any:
+    """``compute()`` once per family instance (families are not changed after construction).
+
+    Moments and spine-step laws of sampled families cost seconds; repeated simulate()
+    calls on the same family reuse them.
+    """
+    cache = family.__dict__.setdefault("_brwsim_memo", {})
+    if name not in cache:
+        cache[name] = compute()
+    return cache[name]
+
+
 def predictions(family: Family, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Numerical and asymptotic renewal predictions of E[X] (NaN where they do not apply).
 
@@ -224,7 +236,7 @@ def predictions(family: Family, budgets: np.ndarray) -> tuple[np.ndarray, np.nda
     """
     from brwsim.theory import prediction, spine_steps
 
-    steps = spine_steps(family)
+    steps = _memo(family, "spine_steps", lambda: spine_steps(family))
     out = []
     for method in ("numerical", "asymptotic"):
         try:

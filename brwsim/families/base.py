@@ -184,6 +184,10 @@ class Family:
         return Moments(float(h.mean()), float(m2.mean()), se(h), se(m2),
                        float((h * h).mean()), se(h * h), exact=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # cached moments / spine steps (brwsim.simulate) stay behind: workers recompute them
+        return {k: v for k, v in self.__dict__.items() if k != "_brwsim_memo"}
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={_fmt(v)}" for k, v in self.params().items())
         return f"{self.name}({args})"
