@@ -177,7 +177,7 @@ def entropy_histogram_text(stats: BankStats, bins: int = 10) -> str:
 
 def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
     """The report printed by ``brwsim bank-stats``."""
-    from brwsim.cli import _table
+    from brwsim.cli import format_table
 
     k_text = f"{stats.k}" + (f" (varies {stats.k_min}..{stats.k})" if stats.k_min != stats.k else "")
     vocab = str(stats.vocab) if stats.vocab is not None else "unknown"
@@ -201,7 +201,7 @@ def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
 
     rows = [[str(p), fmt(x), fmt(x + 1), fmt(a), fmt(b)] for p, x, a, b in
             zip(stats.budgets, stats.prediction, stats.asymptotic, stats.paper_bound)]
-    lines.append(_table(rows, ["P", "prediction E[X]", "tau = X+1", "asymptotic",
+    lines.append(format_table(rows, ["P", "prediction E[X]", "tau = X+1", "asymptotic",
                                "paper bound"]))
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from brwsim.errors import UserError
 
-__all__ = ["main", "build_parser", "parse_budgets"]
+__all__ = ["main", "build_parser", "parse_budgets", "format_table"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
 
@@ -60,7 +60,8 @@ def parse_budgets(text: str) -> list[int]:
     return out
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    """Right-aligned text table: a header line, a rule, then one line per row."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
@@ -96,7 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
     se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
     print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
-    print(_table(rows, header))
+    print(format_table(rows, header))
     if args.out:
         write_netcdf_atomic(ds, args.out)
         print(f"wrote {args.out}")
@@ -120,7 +121,7 @@ def _cmd_theory(args: argparse.Namespace) -> int:
           f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
     fmt = lambda v: "n/a" if np.isnan(v) else f"{v:.4f}"  # noqa: E731
     rows = [[str(p), fmt(b), fmt(n), fmt(a), fmt(n + 1)] for p, b, n, a in zip(budgets, bound, num, asy)]
-    print(_table(rows, ["P", "paper bound", "prediction", "asymptotic", "tau pred."]))
+    print(format_table(rows, ["P", "paper bound", "prediction", "asymptotic", "tau pred."]))
     if np.isnan(asy).all():
         print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
     return 0

@@ -103,7 +103,7 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 
 def _point_table(pt: xr.Dataset) -> str:
-    from brwsim.cli import _table
+    from brwsim.cli import format_table
 
     header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth"]
     cols = ["accepted_mean", "accepted_se", "tokens_per_call", "expected_mean", "expected_se",
@@ -114,7 +114,7 @@ def _point_table(pt: xr.Dataset) -> str:
             cols.append(name)
     rows = [[str(int(p))] + [_fmt(pt[c].values[i], 2 if c == "depth_mean" else 4) for c in cols]
             for i, p in enumerate(pt["budget"].values)]
-    return _table(rows, header)
+    return format_table(rows, header)
 
 
 def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
