@@ -78,16 +78,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--iterations must be >= 1, got {args.iterations}")
     if args.seed < 0:
         raise UserError(f"--seed must be >= 0, got {args.seed}")
+    policies = _run_policies(args.policy)
     show = not args.quiet and sys.stderr.isatty()
     ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show,
-                  command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
-    s = summarize(ds)
+                  policies=policies, command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    opt = ds.isel(policy=0) if policies else ds          # the optimal policy comes first
+    s = summarize(opt)
     mu, mu2 = float(ds["mu"]), float(ds["mu2"])
     rows = []
     for i, p in enumerate(ds["budget"].values):
-        rows.append([str(p), f"{s.accepted_mean[i]:.4f}", f"{s.accepted_se[i]:.4f}",
-                     f"{s.tokens_per_call[i]:.4f}", f"{s.expected_mean[i]:.4f}",
-                     f"{s.expected_se[i]:.4f}", f"{s.depth_mean[i]:.2f}",
+        rows.append([str(p), f"{float(s.accepted_mean[i]):.4f}", f"{float(s.accepted_se[i]):.4f}",
+                     f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.expected_mean[i]):.4f}",
+                     f"{float(s.expected_se[i]):.4f}", f"{float(s.depth_mean[i]):.2f}",
                      f"{float(ds['paper_bound'][i]):.4f}"])
         if "prediction" in ds:
             rows[-1].append(f"{float(ds['prediction'][i]):.4f}")
@@ -98,10 +100,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
     print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
     print(format_table(rows, header))
+    if policies:
+        print(_policy_table(ds))
     if args.out:
         write_netcdf_atomic(ds, args.out)
         print(f"wrote {args.out}")
     return 0
+
+
+def _run_policies(texts: list[str] | None) -> list | None:
+    """The policies of ``run --policy`` with ``optimal()`` first (added when absent)."""
+    if not texts:
+        return None
+    from brwsim.policies import Optimal, parse_policy
+
+    policies = [parse_policy(t) for t in texts]
+    rest = [p for p in policies if not isinstance(p, Optimal)]
+    return [Optimal(), *rest]
+
+
+def _policy_table(ds) -> str:
+    """E[X | T] of every policy and its paired fraction of the optimum (with SE), per budget."""
+    from brwsim.simulate import policy_gap
+
+    g = policy_gap(ds)
+    rows = []
+    for j, p in enumerate(ds["budget"].values):
+        cells = [str(p), f"{float(g.expected_mean[0, j]):.4f}"]
+        for k in range(1, ds.sizes["policy"]):
+            cells.append(f"{float(g.expected_mean[k, j]):.4f} ({float(g.fraction_of_optimal[k, j]):.3f}"
+                         f" ± {float(g.fraction_se[k, j]):.3f})")
+        rows.append(cells)
+    names = [str(v) for v in ds["policy"].values]
+    return ("E[X|T] per policy (fraction of optimal ± SE, paired on the same trees):\n"
+            + format_table(rows, ["P", *names]))
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
@@ -143,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")
     run.add_argument("--seed", type=int, default=0, help="root seed, any non-negative integer (default 0)")
     run.add_argument("--out", default="run.nc", help="netCDF output (default run.nc; '' to skip)")
+    run.add_argument("--policy", action="append", metavar="POLICY",
+                     help="also evaluate a drafting policy on the same trees, e.g. "
+                          "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_cmd_run)
     theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation")

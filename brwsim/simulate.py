@@ -267,3 +267,36 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
     })
     out["tokens_per_call"] = out["accepted_mean"] + 1.0
     return out
+
+
+def policy_gap(ds: xr.Dataset, reference: int = 0) -> xr.Dataset:
+    """Each policy's E[X | T] as a fraction of a reference policy's, paired on the same trees.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A :func:`simulate` Dataset with a ``policy`` dimension (``policies=`` given).
+    reference : int
+        Index of the reference policy along ``policy`` (0: the first, ``optimal()`` when
+        policies are listed as the CLI does).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``expected_mean``, ``fraction_of_optimal`` = mean E[X|T] / reference mean E[X|T] and
+        its standard error ``fraction_se`` (delta method on the paired means:
+        ``sd(a - r b) / (sqrt(n) mean b)``), over (policy, budget); NaN where the reference
+        mean is 0 or there is one iteration.
+    """
+    if "policy" not in ds.dims:
+        raise UserError("policy_gap needs a Dataset with a policy dimension (simulate(policies=...))")
+    e = ds["expected_accepted"]
+    n = ds.sizes["iteration"]
+    mean = e.mean("iteration")
+    ref, ref_mean = e.isel(policy=reference), mean.isel(policy=reference)
+    safe = ref_mean.where(ref_mean > 0)
+    frac = mean / safe
+    resid = e - frac * ref
+    se = resid.std("iteration", ddof=1) / (math.sqrt(n) * safe) if n > 1 else frac * np.nan
+    return xr.Dataset({"expected_mean": mean, "fraction_of_optimal": frac, "fraction_se": se})
+

@@ -229,8 +229,8 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
         ``Fixed`` (``.probs``), ``Geometric`` (``.r``; atoms truncated where the remaining mass
         drops below 1e-16), ``Empirical`` (``.rows``, each row equally likely) and ``Zipf``
         with ``spread == 0``, recognised by class name and attribute; a family with a
-        ``spine_steps()`` method (e.g. ``NGram``) supplies its own. Any other family needs
-        ``sample_full(rng)``.
+        ``spine_steps()`` method (e.g. ``NGram``, ``EntropyTarget``) supplies its own, or returns
+        None to be sampled. Any other family needs ``sample_full(rng)``.
     n : int
         Number of distributions to sample for a family without atoms (capped so that at most
         about 1e8 probabilities are drawn). The sampling error of the prediction scales as
@@ -251,8 +251,10 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
     """
     if isinstance(family, SpineSteps):
         return family
-    if callable(getattr(family, "spine_steps", None)):  # a family that knows its exact law
-        return family.spine_steps()
+    if callable(getattr(family, "spine_steps", None)):  # a family that may know its exact law
+        steps = family.spine_steps()
+        if steps is not None:        # None: too many atoms to list, sample instead
+            return steps
     name = type(family).__name__
     if name == "Uniform" and hasattr(family, "k"):
         k = int(family.k)

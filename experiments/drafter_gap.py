@@ -26,7 +26,7 @@ from brwsim import parse_family, simulate
 from brwsim.families import DEFAULT_FAMILY
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.policies import Sequoia, parse_policy
-from brwsim.simulate import validate_budgets
+from brwsim.simulate import policy_gap, validate_budgets
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 POLICIES = ["optimal()", "chain()", "kary(k=2)", "kary(k=4)", "expansion(widths=[4, 2, 2, 1, 1, 1, 1])",
@@ -51,13 +51,9 @@ def measure(label: str, text: str, budgets: np.ndarray, trees: int, seed: int):
     fam = parse_family(text)
     pols = [parse_policy(p) for p in POLICIES] + [Sequoia.from_family(fam, size=32, samples=2000)]
     ds = simulate(fam, budgets, trees, seed=seed, policies=pols)
-    e = ds.expected_accepted.values                      # policy, budget, iteration
-    opt = e[0]
-    frac = e.mean(-1) / opt.mean(-1)
-    # delta method on the paired means: var(a/b) ~ var(a - r b) / (n b^2)
-    resid = e - frac[..., None] * opt[None]
-    frac_se = resid.std(-1, ddof=1) / np.sqrt(trees) / opt.mean(-1)
-    return label, [str(p) for p in ds.policy.values], e.mean(-1), frac, frac_se
+    g = policy_gap(ds)                                   # paired on the optimal trees
+    return (label, [str(p) for p in ds.policy.values], g.expected_mean.values,
+            g.fraction_of_optimal.values, g.fraction_se.values)
 
 
 def main() -> None:

@@ -212,6 +212,29 @@ class EntropyTarget(Family):
             return Geometric(param).sample_full(rng) if param > 0 else np.array([1.0])
         return Zipf(param, self.vocab).sample_full(rng)
 
+    def spine_steps(self, max_atoms: int = 4_000_000):
+        """The exact spine-step law (:func:`brwsim.theory.spine_steps`), or None if too large.
+
+        Each distinct entropy value contributes the atoms of its geometric or Zipf law, with
+        weight (its share of the values) x q_i. Returns None when that needs more than
+        ``max_atoms`` atoms (e.g. thousands of values on a large Zipf vocabulary), so the
+        caller samples the law instead.
+        """
+        from brwsim.families.parametric import Geometric, Zipf
+        from brwsim.theory import SpineSteps, spine_steps
+
+        values, counts = np.unique(self.params_per_value, return_counts=True)
+        if self.shape == "zipf" and values.size * self.vocab > max_atoms:
+            return None
+        steps = [spine_steps(Geometric(v)) if self.shape == "geometric" and v > 0
+                 else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
+                 else spine_steps(Zipf(v, self.vocab, spread=0)) for v in values]
+        if sum(st.values.size for st in steps) > max_atoms:
+            return None
+        share = counts / counts.sum()
+        return SpineSteps.atoms(np.concatenate([st.values for st in steps]),
+                                np.concatenate([st.weights * c for st, c in zip(steps, share)]))
+
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         from brwsim.families.parametric import Geometric, _zipf_moments_at
 

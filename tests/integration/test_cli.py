@@ -64,3 +64,38 @@ def test_default_run_is_quick_enough_to_smoke(tmp_path):
     r = run_cli("run", "--iterations", "50", "--out", str(tmp_path / "d.nc"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "4096" in r.stdout
+
+
+def test_readme_cli_reference_names_every_command_and_option():
+    """The README's CLI table documents every subcommand with all of its options."""
+    import argparse
+    from pathlib import Path
+
+    from brwsim.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("`")[1].split()[1]: line for line in readme.splitlines()
+            if line.startswith("| `brwsim ")}
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(rows), "README CLI table and parser disagree on commands"
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help"):
+                    assert flag in rows[name], f"README CLI table lacks {name} {flag}"
+
+
+def test_run_with_policies_prints_the_gap_table_and_keeps_optimal_first(tmp_path):
+    out = tmp_path / "pol.nc"
+    r = run_cli("run", "--family", "dirichlet(alpha=0.1, vocab=50)", "--budgets", "4,32",
+                "--iterations", "200", "--policy", "chain()", "--policy", "optimal()",
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "fraction of optimal" in r.stdout and "chain()" in r.stdout
+    ds = xr.open_dataset(out)
+    assert [str(p) for p in ds.policy.values] == ["optimal()", "chain()"]
+    ds.close()
+    bad = run_cli("run", "--budgets", "4", "--iterations", "5", "--policy", "bogus()",
+                  "--out", str(tmp_path / "bad.nc"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown policy" in bad.stderr
+    assert not (tmp_path / "bad.nc").exists()

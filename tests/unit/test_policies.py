@@ -439,3 +439,21 @@ def test_sequoia_from_family():
     pol = Sequoia.from_family(Dirichlet(0.3, 20), size=8, samples=200)
     assert len(pol.acceptance) == 8 and np.all(np.diff(pol.acceptance) <= 0)
     assert pol.acceptance.sum() <= 1.0
+
+
+def test_policy_gap_is_the_paired_ratio_with_its_delta_method_se():
+    from brwsim import policy_gap, simulate
+
+    ds = simulate(Dirichlet(0.1, 50), [4, 32], 200, seed=3,
+                  policies=[Optimal(), parse_policy("chain()"), parse_policy("noisy(sigma=0)")])
+    g = policy_gap(ds)
+    e = ds.expected_accepted.values
+    r = e[1].mean(-1) / e[0].mean(-1)
+    np.testing.assert_allclose(g.fraction_of_optimal[1], r, rtol=1e-12)
+    se = (e[1] - r[:, None] * e[0]).std(-1, ddof=1) / np.sqrt(200) / e[0].mean(-1)
+    np.testing.assert_allclose(g.fraction_se[1], se, rtol=1e-12)
+    np.testing.assert_allclose(g.fraction_of_optimal[2], 1.0)    # noisy(0) is the optimum
+    np.testing.assert_allclose(g.fraction_se[2], 0.0, atol=1e-15)
+    assert (g.fraction_of_optimal[1] < 1).all()
+    with pytest.raises(UserError, match="policy dimension"):
+        policy_gap(simulate(Dirichlet(0.1, 50), [4], 10, seed=3))

@@ -368,3 +368,19 @@ def test_monte_carlo_comparison_can_fail(monte_carlo):
     assert np.all(
         np.abs(wrong - mean)[BUDGETS >= 64] > np.maximum(0.02, 3 * se[BUDGETS >= 64])
     )
+
+
+def test_entropy_target_spine_steps_are_exact_atoms_or_none_when_too_many():
+    from brwsim.families import EntropyTarget
+
+    for fam in (EntropyTarget([0.4, 1.2, 1.2, 2.5], shape="geometric"),
+                EntropyTarget([0.7, 1.9], shape="zipf", vocab=3000)):
+        steps = spine_steps(fam)
+        mom = fam.moments()
+        assert steps.exact and steps.mass == pytest.approx(1.0, abs=1e-12)
+        assert steps.mu == pytest.approx(mom.mu, rel=1e-9)
+        assert steps.mu2 == pytest.approx(mom.mu2, rel=1e-9)
+    big = EntropyTarget(np.linspace(0.5, 3.0, 200), shape="zipf", vocab=32000)
+    assert big.spine_steps() is None                       # 6.4M atoms: sample instead
+    sampled = spine_steps(big, n=20_000, seed=1)
+    assert not sampled.exact and sampled.mu == pytest.approx(big.moments().mu, rel=0.02)
