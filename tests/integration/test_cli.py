@@ -99,3 +99,15 @@ def test_run_with_policies_prints_the_gap_table_and_keeps_optimal_first(tmp_path
                   "--out", str(tmp_path / "bad.nc"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown policy" in bad.stderr
     assert not (tmp_path / "bad.nc").exists()
+
+
+def test_readme_python_examples_run(capsys):
+    """Every ```python block of the README executes as written."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    assert len(blocks) >= 2
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    assert "optimal()" in capsys.readouterr().out
