@@ -18,7 +18,11 @@ roots are wherever the text has arrived. Writes ``data/iid_breakdown.nc`` and
 
 Usage::
 
-    python experiments/iid_breakdown.py [--quick]
+    python experiments/iid_breakdown.py            # full run (about 15 core-minutes)
+    python experiments/iid_breakdown.py --quick    # smoke run: 4 strengths, P <= 256, 200 trees
+
+Most of the quick run's time is the i.i.d. prediction of each Markov grid point (its
+marginal's spine-step law is sampled in Python, about 5 s per point), hence fewer strengths.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from brwsim.simulate import predictions, validate_budgets
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 STRENGTHS = [0.0, 0.5, 0.8, 0.9, 0.95, 0.99]
+QUICK_STRENGTHS = [0.0, 0.5, 0.9, 0.99]
 ENTROPIES = stats.gamma(a=2.0, scale=0.5)       # mean 1 nat, 4096-quantile max ~6 nats
 
 
@@ -76,20 +81,22 @@ def measure_ngram(corpus: str, budgets: np.ndarray, trees: int, tokens: int, see
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="i.i.d. breakdown")
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"strengths {QUICK_STRENGTHS}, P <= 256, 200 trees, 3000 generated tokens")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(DATA / "iid_breakdown.nc"))
     args = ap.parse_args()
     budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 13)])
     trees, tokens = (200, 3000) if args.quick else (1000, 20000)
+    strengths = QUICK_STRENGTHS if args.quick else STRENGTHS
     processes = ["markov", "ar1"]
-    grid = [(p, s) for p in processes for s in STRENGTHS]
+    grid = [(p, s) for p in processes for s in strengths]
     corpora = ["prose", "code"]
     jobs = [delayed(measure)(p, s, budgets, trees, tokens, 1000 + i) for i, (p, s) in enumerate(grid)]
     jobs += [delayed(measure_ngram)(c, budgets, trees, tokens, 2000 + i) for i, c in enumerate(corpora)]
     rows = Parallel(n_jobs=args.jobs)(jobs)
     rows, ngram = rows[:len(grid)], rows[len(grid):]
-    shape = (len(processes), len(STRENGTHS), budgets.size)
+    shape = (len(processes), len(strengths), budgets.size)
     mc = np.array([r[0] for r in rows]).reshape(shape)
     se = np.array([r[1] for r in rows]).reshape(shape)
     pred = np.array([r[2] for r in rows]).reshape(shape)
@@ -109,11 +116,11 @@ def main() -> None:
                                                          "of the generation run", "units": "1"})},
         coords={"corpus": ("corpus", corpora, {"long_name": "n-gram corpus (order 5)", "units": "1"}),
                 "process": ("process", processes, {"long_name": "context process", "units": "1"}),
-                "strength": ("strength", STRENGTHS, {"long_name": "persistence (markov) or rho (ar1)",
+                "strength": ("strength", strengths, {"long_name": "persistence (markov) or rho (ar1)",
                                                      "units": "1"}),
                 "budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
         attrs=provenance_attrs("brwsim: where the i.i.d. prediction breaks",
-                               {"strengths": STRENGTHS, "trees": trees, "tokens": tokens,
+                               {"strengths": strengths, "trees": trees, "tokens": tokens,
                                 "markov": repr(make("markov", 0.9)), "ar1": repr(make("ar1", 0.9))},
                                1000, "python experiments/iid_breakdown.py"))
     cb = ("corpus", "budget")
@@ -138,7 +145,7 @@ def main() -> None:
           "vs i.i.d. predicted tau")
     show = [p for p in (1, 16, 64, 256, 4096) if p <= budgets[-1]]
     for p in processes:
-        for j, s in enumerate(STRENGTHS):
+        for j, s in enumerate(strengths):
             cells = " ".join(f"{ds.ratio.values[processes.index(p), j, np.searchsorted(budgets, b)]:6.3f}"
                              for b in show)
             print(f"{p:7s} {s:5.2f}  {cells}   tau gen {gen[processes.index(p), j]:.3f} "
