@@ -1,4 +1,4 @@
-"""Command line: ``brwsim run | theory | import-logprobs`` (and the sweep commands).
+"""Command line: ``brwsim run | theory | ceiling | import-logprobs`` (and the sweep commands).
 
 Every user error (bad family string, budget, file) prints one line
 ``brwsim: error: ...`` and exits with status 2; no output file is written then.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import shlex
 import sys
 from collections.abc import Sequence
@@ -159,6 +160,39 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ceiling(args: argparse.Namespace) -> int:
+    from brwsim.ceiling import SHAPES, ceiling, implied_entropy
+
+    if args.tau is None and args.entropy is None:
+        raise UserError("ceiling: give --tau (measured tokens per call), --entropy (nats), or both")
+    shapes = [args.shape] if args.shape else list(SHAPES)
+    header, rows = ["shape"], []
+    if args.entropy is not None:
+        header.append(f"ceiling at h={args.entropy:g}")
+        if args.tau is not None:
+            header.append(f"tau={args.tau:g} / ceiling")
+    if args.tau is not None:
+        header.append(f"h* for tau={args.tau:g} (nats)")
+    for shape in shapes:
+        cells = [shape]
+        if args.entropy is not None:
+            c = float(ceiling(args.entropy, [args.budget], shape, args.vocab)[0])
+            cells.append(f"{c:.4f}")
+            if args.tau is not None:
+                cells.append(f"{args.tau / c:.3f}")
+        if args.tau is not None:
+            h = implied_entropy(args.tau, args.budget, shape, args.vocab)
+            cells.append("any" if math.isinf(h) else f"{h:.4f}")
+        rows.append(cells)
+    print(f"optimal tokens per call (1 + E[X]) at P = {args.budget}, vocabulary {args.vocab} "
+          "(Zipf shapes); natural logarithms")
+    print(format_table(rows, header))
+    if args.tau is not None:
+        print("h*: the largest mean entropy at which an oracle drafter reaches tau (a real "
+              "drafter needs lower)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``brwsim`` argument parser with every subcommand."""
     from brwsim import __version__
@@ -184,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     theory.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
     theory.add_argument("--budgets", default=DEFAULT_BUDGETS, help="as for run (default 1..4096)")
     theory.set_defaults(func=_cmd_theory)
+    ceil = sub.add_parser("ceiling", help="the optimal ceiling at a mean entropy, and the entropy a "
+                          "measured tokens-per-call number implies")
+    ceil.add_argument("--budget", type=int, required=True, help="draft budget P (root excluded)")
+    ceil.add_argument("--tau", type=float, help="measured tokens per target call (bonus token included)")
+    ceil.add_argument("--entropy", type=float, help="mean next-token entropy in nats")
+    ceil.add_argument("--shape", choices=["zipf", "zipf-spread", "geometric"],
+                      help="distribution shape (default: all three; see brwsim.ceiling)")
+    ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
+    ceil.set_defaults(func=_cmd_ceiling)
     try:
         from brwsim import logprobs
     except ImportError:  # pragma: no cover - optional module missing

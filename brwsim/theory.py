@@ -219,6 +219,9 @@ def _lattice_span(
     return float(v0 * np.gcd.reduce(mult) / den)
 
 
+_MAX_ATOMS = 4_000_000     # larger exact laws (e.g. Geometric with r near 1) are sampled
+
+
 def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
     """The spine-step law of a family: exact atoms when it has them, else a sample.
 
@@ -227,7 +230,7 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
     family : object
         A :class:`SpineSteps` (returned as is) or a family. Exact atoms for ``Uniform`` (``.k``),
         ``Fixed`` (``.probs``), ``Geometric`` (``.r``; atoms truncated where the remaining mass
-        drops below 1e-16), ``Empirical`` (``.rows``, each row equally likely) and ``Zipf``
+        drops below 1e-16; sampled when that needs more than 4 million atoms), ``Empirical`` (``.rows``, each row equally likely) and ``Zipf``
         with ``spread == 0``, recognised by class name and attribute; a family with a
         ``spine_steps()`` method (e.g. ``NGram``, ``EntropyTarget``) supplies its own, or returns
         None to be sampled. Any other family needs ``sample_full(rng)``.
@@ -270,8 +273,9 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
         if not 0 < r < 1:
             raise UserError(f"Geometric: r must be in (0, 1), got {r}")
         count = max(1, math.ceil(math.log(1e-16) / math.log(r)))  # r**count < 1e-16
-        i = np.arange(count)
-        return SpineSteps.atoms(-math.log1p(-r) - i * math.log(r), (1 - r) * r**i)
+        if count <= _MAX_ATOMS:                                   # else: sampled below
+            i = np.arange(count)
+            return SpineSteps.atoms(-math.log1p(-r) - i * math.log(r), (1 - r) * r**i)
     if name == "Zipf" and getattr(family, "spread", None) == 0:  # the same q everywhere
         q = np.asarray(family.sample_full(np.random.default_rng(seed)), dtype=float)
         return SpineSteps.atoms(-np.log(q[q > 0]), q[q > 0])

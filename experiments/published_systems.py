@@ -34,13 +34,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from joblib import Parallel, delayed
-from scipy import stats
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import brentq
 
 from brwsim import simulate
 from brwsim.errors import UserError
-from brwsim.families import EntropyTarget
+from brwsim.ceiling import SHAPES, entropy_family
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.theory import paper_bound, prediction
 
@@ -49,14 +48,6 @@ VOCAB = 32000
 SEED = 2406
 READINGS = ("low", "high")
 
-#: shape name -> description. Each maps a mean entropy h to a family (see ``family``).
-SHAPES = {
-    "zipf": "every position has entropy h; Zipf law on 32000 tokens",
-    "zipf-spread": "entropies ~ Exponential(mean h) (LLM-like: most positions near 0, a long "
-                   "tail); Zipf law on 32000 tokens",
-    "geometric": "every position has entropy h; geometric law (infinite vocabulary)",
-}
-_SPREAD_POINTS = 32
 REQUIRED = ("system", "paper", "table", "target_model", "benchmark", "temperature", "budget",
             "budget_definition", "value", "metric_is_tokens_per_call", "source_url")
 
@@ -77,29 +68,9 @@ class Row:
     citation: str
 
 
-def family(shape: str, h: float) -> EntropyTarget:
-    """The family of ``shape`` (a key of :data:`SHAPES`) with mean entropy ``h`` nats."""
-    if shape == "zipf":
-        return EntropyTarget([h], shape="zipf", vocab=VOCAB)
-    if shape == "geometric":
-        return EntropyTarget([h], shape="geometric")
-    if shape == "zipf-spread":
-        return EntropyTarget(_spread_entropies(h), shape="zipf", vocab=VOCAB)
-    raise UserError(f"unknown shape {shape!r}; choose from {sorted(SHAPES)}")
-
-
-def _spread_entropies(h: float) -> np.ndarray:
-    """32 quantile midpoints of an exponential law, scaled so their mean is exactly ``h``.
-
-    Values are clipped below log vocab (the Zipf shape's range); the scale is solved so the
-    clipped values still average ``h`` (``h`` < log vocab).
-    """
-    top = math.log(VOCAB) - 1e-9
-    if not 0 < h < top:
-        raise UserError(f"mean entropy must be in (0, {top:.4f}) nats, got {h}")
-    base = stats.expon().ppf((np.arange(_SPREAD_POINTS) + 0.5) / _SPREAD_POINTS)
-    scale = brentq(lambda c: np.minimum(c * base, top).mean() - h, 0.0, top / base[0], xtol=1e-14)
-    return np.minimum(scale * base, top)
+def family(shape: str, h: float):
+    """The family of ``shape`` with mean entropy ``h`` on a 32000-token vocabulary."""
+    return entropy_family(shape, h, VOCAB)
 
 
 def _budget_readings(system: str, budget: str, definition: str) -> tuple[int, int, int]:

@@ -224,13 +224,16 @@ class EntropyTarget(Family):
         from brwsim.theory import SpineSteps, spine_steps
 
         values, counts = np.unique(self.params_per_value, return_counts=True)
-        if self.shape == "zipf" and values.size * self.vocab > max_atoms:
+        if self.shape == "zipf":
+            atoms = values.size * self.vocab
+        else:                                      # geometric: atoms down to r**i < 1e-16
+            r = values[values > 0]
+            atoms = int(np.ceil(np.log(1e-16) / np.log(r)).sum()) + int((values <= 0).sum())
+        if atoms > max_atoms:
             return None
         steps = [spine_steps(Geometric(v)) if self.shape == "geometric" and v > 0
                  else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
                  else spine_steps(Zipf(v, self.vocab, spread=0)) for v in values]
-        if sum(st.values.size for st in steps) > max_atoms:
-            return None
         share = counts / counts.sum()
         return SpineSteps.atoms(np.concatenate([st.values for st in steps]),
                                 np.concatenate([st.weights * c for st, c in zip(steps, share)]))

@@ -111,3 +111,17 @@ def test_readme_python_examples_run(capsys):
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
     assert "optimal()" in capsys.readouterr().out
+
+
+def test_ceiling_command_prints_ceiling_fraction_and_implied_entropy():
+    r = run_cli("ceiling", "--budget", "49", "--tau", "4.83", "--entropy", "1.0", "--shape", "zipf")
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("zipf"))
+    c, frac, h = (float(x) for x in line.split()[1:])
+    assert frac == pytest.approx(4.83 / c, abs=1e-3) and 1.0 < h < 1.4
+    for args, needle in [(["--budget", "49"], "give --tau"),
+                         (["--budget", "49", "--tau", "60"], "(1, P + 1)"),
+                         (["--budget", "49", "--entropy", "-1"], "mean entropy must be in"),
+                         (["--tau", "3"], "--budget")]:
+        bad = run_cli("ceiling", *args)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and needle in bad.stderr, bad.stderr
