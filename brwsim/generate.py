@@ -25,7 +25,7 @@ from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.walk import generation_run, path_distributions
-from brwsim.simulate import seed_key, validate_budgets
+from brwsim.simulate import check_grow_status, seed_key, validate_budgets
 
 __all__ = ["generate", "path_moments", "PathMoments"]
 
@@ -74,12 +74,13 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     ci = np.empty(width, np.int64)
     cf = np.empty(width)
     if policy is None or isinstance(policy, Optimal):
+        cap = (policy or Optimal()).depth_cap
         calls = generation_run(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                               spec.head_cap, seed_key(seed), run, b, tokens, acc, exp, dep, ci, cf)
+                               spec.head_cap, seed_key(seed), run, b, cap, tokens, acc, exp, dep,
+                               ci, cf)
+        check_grow_status(calls, cap)
     else:
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
-    if calls < 0:
-        raise UserError("more than 2**28 nodes tie at one path probability")
     x = acc[0, :calls]
     produced = int(x.sum()) + calls
     var = lambda v, name: xr.Variable(("call",), v, {"long_name": name, "units": "1"})  # noqa: E731

@@ -55,10 +55,12 @@ def sampling_provider(family: Family, rng: np.random.Generator) -> Provider:
 
 
 def best_first(provide: Provider, budgets: Sequence[int],
-               path_uniform: Callable[[tuple[int, ...]], float] | None = None):
+               path_uniform: Callable[[tuple[int, ...]], float] | None = None,
+               max_depth: int | None = None):
     """Top-P nodes by path probability, popped in order from a binary heap.
 
-    Ties break by depth, then lexicographic rank path (the kernels' order).
+    Ties break by depth, then lexicographic rank path (the kernels' order). With
+    ``max_depth`` only nodes of depth <= max_depth are candidates.
 
     Parameters
     ----------
@@ -68,6 +70,8 @@ def best_first(provide: Provider, budgets: Sequence[int],
         Budgets P, ascending.
     path_uniform : callable, optional
         path -> the target's sampling uniform at that node; gives the accepted counts.
+    max_depth : int, optional
+        Depth cap of the tree (None: unconstrained).
 
     Returns
     -------
@@ -80,6 +84,8 @@ def best_first(provide: Provider, budgets: Sequence[int],
     def push(parent_s: float, path: tuple[int, ...]) -> None:
         lq = provide(path[:-1])
         r = path[-1]
+        if max_depth is not None and len(path) > max_depth:
+            return
         if r < lq.size and lq[r] > -math.inf:
             heapq.heappush(heap, (parent_s - lq[r], len(path), path))
 

@@ -12,7 +12,7 @@ import xarray as xr
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
-from brwsim.kernels.tree import simulate_chunk
+from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, simulate_chunk
 
 __all__ = ["simulate", "validate_budgets", "seed_key", "run_iterations", "summarize"]
 
@@ -42,9 +42,22 @@ def seed_key(seed: int) -> np.uint64:
     return np.random.SeedSequence(int(seed)).generate_state(1, np.uint64)[0]
 
 
+def check_grow_status(code: int, max_depth: int = NO_DEPTH_CAP) -> None:
+    """Raise the user-facing error of a negative ``grow_tree`` status (nothing otherwise)."""
+    if code == TOO_FEW:
+        raise UserError(f"fewer than P nodes of positive path probability exist within depth "
+                        f"{max_depth}: lower the budget or raise max_depth")
+    if code < 0:
+        raise UserError("more than 2**28 nodes tie at one path probability; use a budget "
+                        "that ends on a full level of this lattice family")
+
+
 def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
-                   t_start: float = math.nan) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
+                   t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
     """Iterations ``first .. first + count - 1`` of one family: the numba call, no checks.
+
+    ``max_depth`` caps the optimal tree's depth (the top P among nodes of depth <= it).
 
     Returns
     -------
@@ -62,11 +75,9 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     if not math.isfinite(t_start):
         t_start = math.log(1.5 * budgets[-1]) + 1.0
     visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                    spec.cprog, spec.head_cap, key, first, count, budgets, t_start,
-                                    acc, exp, dep)
-    if visited < 0:
-        raise UserError("more than 2**28 nodes tie at one path probability; use a budget "
-                        "that ends on a full level of this lattice family")
+                                    spec.cprog, spec.head_cap, key, first, count, budgets,
+                                    max_depth, t_start, acc, exp, dep)
+    check_grow_status(visited, max_depth)
     return acc, exp, dep, int(visited), float(t_end)
 
 
@@ -115,7 +126,7 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     key = seed_key(seed)
     spec = family.spec()
     pols = _policies(policies)
-    runners = [None if type(p).__name__ == "Optimal" else p for p in pols]
+    runners = [None if type(p).__name__ == "Optimal" and p.max_depth is None else p for p in pols]
     shape = (len(runners), b.size, iterations)
     acc = np.empty(shape, np.int32)
     exp = np.empty(shape)

@@ -30,6 +30,10 @@ _INV_SCALE = 1.0 / _SCALE
 _ABORT = -1
 _TOO_DEEP = -2
 MAX_NODES = 1 << 28               # hard limit on one pass (about 5 GB of buffers)
+NO_DEPTH_CAP = 1 << 30            # max_depth of the unconstrained optimal tree
+T_LIMIT = 800.0                   # -log p beyond this is 0 in float64: every node is found
+HUGE_TIE = -1                     # grow_tree: more than MAX_NODES nodes tie at one position
+TOO_FEW = -2                      # grow_tree: fewer than P nodes of positive probability
 
 
 @njit_cached
@@ -238,16 +242,20 @@ def new_workspace(p_max, head_cap):
 
 @njit_cached
 def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, root_ci, root_cf,
-              budgets, t, ws, acc_out, exp_out, dep_out, col):
+              budgets, max_depth, t, ws, acc_out, exp_out, dep_out, col):
     """The optimal trees of one root for every budget, into column ``col`` of the outputs.
 
+    The optimal tree among nodes of depth <= ``max_depth`` (NO_DEPTH_CAP: unconstrained);
+    the restriction keeps trees prefix-closed, so it is still the top P by path probability.
     The threshold ``t`` is adapted between passes (it only changes the speed, never the
     result). With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
-    Returns (nodes visited, next threshold, workspace), or visited = -1 when more than
-    MAX_NODES nodes tie at one position.
+    Returns (nodes visited, next threshold, workspace), or visited = HUGE_TIE when more than
+    MAX_NODES nodes tie at one position, TOO_FEW when fewer than P_max nodes within the
+    depth cap have a positive path probability.
     """
     pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = ws
     p_max = budgets[budgets.shape[0] - 1]
+    cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     cap = pos.shape[0]
     visited = 0
     t_lo = -np.inf
@@ -255,7 +263,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     while True:
         li[0, CTX_I] = root_ci
         lf[0, CTX_F] = root_cf
-        n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, p_max, pos, dep,
+        n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, cut, pos, dep,
                      onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
         if n == _TOO_DEEP:
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
@@ -264,7 +272,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
-                return -1, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
             cap *= 2
             pos = np.empty(cap)
             dep = np.empty(cap, np.int32)
@@ -272,25 +280,27 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             order = np.empty(cap, np.int32)
         if done:
             break
+        if t > T_LIMIT:             # the threshold passed every positive path probability
+            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
     _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
     return visited, _aim(n, p_max, t), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
 
 
 @njit_cached
 def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, budgets,
-                   t_start, acc_out, exp_out, dep_out):
+                   max_depth, t_start, acc_out, exp_out, dep_out):
     """Optimal trees of iterations it0 .. it0 + n_it - 1 (roots drawn from the stationary law).
 
-    Returns (nodes visited by all passes, final threshold), or (-1, t) on a huge tie.
+    Returns (nodes visited by all passes, final threshold), or (HUGE_TIE or TOO_FEW, t).
     """
     ws = new_workspace(budgets[budgets.shape[0] - 1], head_cap)
     t = t_start
     visited = 0
     for col in range(n_it):
         v, t, ws = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap,
-                             root_key(seed_key, it0 + col), ROOT_DRAW, 0, 0.0, budgets, t, ws,
-                             acc_out, exp_out, dep_out, col)
+                             root_key(seed_key, it0 + col), ROOT_DRAW, 0, 0.0, budgets, max_depth,
+                             t, ws, acc_out, exp_out, dep_out, col)
         if v < 0:
-            return -1, t
+            return v, t
         visited += v
     return visited, t

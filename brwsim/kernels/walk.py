@@ -59,9 +59,12 @@ def advance(kinds, cw, fpar, ipar, data, cprog, key, mode, ci, cf, steps, lf, li
 
 
 @njit_cached
-def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, budgets, n_tokens,
-                   acc_out, exp_out, dep_out, ctx_i_out, ctx_f_out):
+def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, budgets, max_depth,
+                   n_tokens, acc_out, exp_out, dep_out, ctx_i_out, ctx_f_out):
     """Optimal-tree calls until ``n_tokens`` tokens are produced; returns the number of calls.
+
+    Trees are capped at ``max_depth`` (see ``tree.grow_tree``); a negative return is a
+    ``grow_tree`` error code.
 
     Call c's root is where call c-1's sampled path arrived after X + 1 tokens; the first
     root is ``root_key(seed_key, run)`` with its context drawn from the stationary law.
@@ -81,9 +84,9 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
     calls = 0
     while produced < n_tokens and calls < acc_out.shape[1]:
         v, t, ws = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, key, mode, ci, cf,
-                             budgets, t, ws, acc_out, exp_out, dep_out, calls)
+                             budgets, max_depth, t, ws, acc_out, exp_out, dep_out, calls)
         if v < 0:
-            return -1
+            return v
         li_root = ws[10]
         lf_root = ws[9]
         ci = li_root[0, CTX_I]

@@ -457,3 +457,18 @@ def test_policy_gap_is_the_paired_ratio_with_its_delta_method_se():
     assert (g.fraction_of_optimal[1] < 1).all()
     with pytest.raises(UserError, match="policy dimension"):
         policy_gap(simulate(Dirichlet(0.1, 50), [4], 10, seed=3))
+
+
+def test_depth_capped_optimal_in_generation_runs_and_string_form():
+    from brwsim import generate
+
+    pol = parse_policy("optimal(max_depth=3)")
+    assert pol == Optimal(max_depth=3) and repr(pol) == "optimal(max_depth=3)"
+    assert repr(parse_policy("optimal()")) == "optimal()"
+    fam = Dirichlet(0.05, 40)
+    capped = generate(fam, pol, 64, 400, seed=1)
+    free = generate(fam, "optimal()", 64, 400, seed=1)
+    assert capped.depth.values.max() <= 3 and capped.accepted.values.max() <= 3
+    assert free.depth.values.max() > 3                      # the cap binds on this family
+    with pytest.raises(UserError, match="max_depth"):
+        Optimal(max_depth=0)

@@ -104,3 +104,45 @@ def test_nested_trees_monotone(family):
     assert np.all(np.diff(ds.accepted.values, axis=0) >= 0)
     assert np.all(ds.accepted.values <= ds.depth.values)
     assert np.all(ds.expected_accepted.values <= ds.budget.values[:, None])
+
+
+@pytest.mark.parametrize("cap", [4, 6])
+def test_depth_capped_optimal_matches_the_capped_heapq_reference(family, cap):
+    """optimal(max_depth=D): the top P among nodes of depth <= D, on the same environment.
+
+    P <= 30 keeps every table family feasible (2 + 4 + 8 + 16 nodes at least within depth 4).
+    """
+    from brwsim.policies import Optimal
+
+    seed, budgets = 5, [1, 3, 10, 30]
+    ds = simulate(family, budgets, 3, seed=seed, policies=[Optimal(max_depth=cap)])
+    for it in range(3):
+        e, a, d = best_first(env_provider(family, seed, it, k=256), budgets,
+                             lambda p, it=it: path_uniform(seed, it, p), max_depth=cap)
+        np.testing.assert_allclose(ds.expected_accepted.values[0, :, it], e, rtol=0, atol=1e-12)
+        assert list(ds.accepted.values[0, :, it]) == a
+        assert list(ds.depth.values[0, :, it]) == d
+        assert max(d) <= cap
+
+
+def test_depth_cap_at_or_above_p_is_the_unconstrained_tree_and_a_cap_never_helps():
+    from brwsim.policies import Optimal
+
+    fam = Dirichlet(0.1, 30)
+    ds = simulate(fam, [8, 64], 200, seed=2, policies=[Optimal(), Optimal(max_depth=64),
+                                                       Optimal(max_depth=3)])
+    for v in ("expected_accepted", "accepted", "depth"):
+        np.testing.assert_array_equal(ds[v].values[0], ds[v].values[1])
+    assert (ds.expected_accepted.values[2] <= ds.expected_accepted.values[0] + 1e-15).all()
+    assert (ds.expected_accepted.values[2, 1] < ds.expected_accepted.values[0, 1]).any()
+    assert str(ds.policy.values[2]) == "optimal(max_depth=3)"
+
+
+def test_depth_cap_with_too_few_nodes_is_one_clear_error():
+    from brwsim.errors import UserError
+    from brwsim.policies import Optimal
+
+    with pytest.raises(UserError, match="fewer than P nodes .* within depth 2"):
+        simulate(Uniform(3), [13], 2, seed=0, policies=[Optimal(max_depth=2)])   # 3 + 9 = 12
+    ds = simulate(Uniform(3), [12], 2, seed=0, policies=[Optimal(max_depth=2)])
+    np.testing.assert_allclose(ds.expected_accepted.values, 2.0, atol=1e-15)  # 3/3 + 9/9
