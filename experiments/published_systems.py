@@ -37,7 +37,7 @@ from joblib import Parallel, delayed
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import brentq
 
-from brwsim import simulate
+from brwsim import Optimal, simulate
 from brwsim.errors import UserError
 from brwsim.ceiling import SHAPES, entropy_family
 from brwsim.io import provenance_attrs, write_netcdf_atomic
@@ -207,8 +207,33 @@ def solve_and_check(shape: str, h0: float, hb0: float, P: int, value: float, cap
     x = ds.accepted.values[0]
     exceed = float((x > cap).mean()) if cap >= 0 else math.nan
     mc = 1.0 + float(e.mean())
+    capped = capped_entropy(shape, h, P, value, cap, trees, seed) if cap >= 0 else math.nan
     return (h, 1.0 + float(ds.prediction.values[0]), hb, mc,
-            float(e.std(ddof=1) / math.sqrt(trees)), h + (value - mc) / slope, exceed)
+            float(e.std(ddof=1) / math.sqrt(trees)), h + (value - mc) / slope, exceed, capped)
+
+
+def capped_entropy(shape: str, h_star: float, P: int, value: float, cap: int, trees: int,
+                   seed: int) -> float:
+    """The mean entropy at which the depth-capped optimal tree reaches ``value`` tokens per call.
+
+    Monte Carlo of ``optimal(max_depth=cap)`` on common random numbers (one tree suffices for
+    the deterministic constant-entropy shapes), solved by Brent's method below ``h_star``
+    (a cap only lowers the ceiling). NaN when even a near-chain tree cannot reach ``value``.
+    """
+    n = 1 if shape != "zipf-spread" else trees
+    policy = [Optimal(max_depth=cap)]
+
+    def gap(log_h: float) -> float:
+        ds = simulate(family(shape, math.exp(log_h)), [P], n, seed=seed, policies=policy)
+        return 1.0 + float(ds.expected_accepted.values.mean()) - value
+
+    hi = math.log(h_star)
+    lo = math.log(max(0.02, 0.1 * h_star))
+    if gap(hi) >= 0:                      # the cap does not bind at h*
+        return h_star
+    if gap(lo) <= 0:
+        return math.nan
+    return math.exp(brentq(gap, lo, hi, xtol=1e-6))
 
 
 def build(rows: list[Row], grid: np.ndarray, trees: int, jobs: int) -> xr.Dataset:
@@ -233,10 +258,10 @@ def build(rows: list[Row], grid: np.ndarray, trees: int, jobs: int) -> xr.Datase
         delayed(solve_and_check)(shapes[k], h_star[i, k, j], h_bound[i, k, j], int(P[i, j]),
                                  rows[i].value, rows[i].depth_cap, trees, SEED + i)
         for i, k, j in todo)
-    check, mc_mean, mc_se, h_mc, exceed = (np.full_like(h_star, np.nan) for _ in range(5))
+    check, mc_mean, mc_se, h_mc, exceed, h_cap = (np.full_like(h_star, np.nan) for _ in range(6))
     for (i, k, j), res in zip(todo, out):
         (h_star[i, k, j], check[i, k, j], h_bound[i, k, j], mc_mean[i, k, j], mc_se[i, k, j],
-         h_mc[i, k, j], exceed[i, k, j]) = res
+         h_mc[i, k, j], exceed[i, k, j], h_cap[i, k, j]) = res
     rdims, dims = ("row",), ("row", "shape", "reading")
 
     def var(dims_, data, long_name, units="1"):
@@ -257,6 +282,9 @@ def build(rows: list[Row], grid: np.ndarray, trees: int, jobs: int) -> xr.Datase
                                 "entropy_star)", "nats"),
          "mc_cap_exceeded": var(dims, exceed, "fraction of calls where the unconstrained optimal "
                                 "tree accepts more than the system's depth cap"),
+         "entropy_star_capped": var(dims, h_cap, "mean entropy at which the optimal tree capped at "
+                                    "the system's draft depth reaches the reported value (Monte "
+                                    "Carlo; NaN without a cap)", "nats"),
          "P": var(("row", "reading"), P, "draft budget in brwsim's convention (root excluded)"),
          "value": var(rdims, [r.value for r in rows], "reported tokens per target call"),
          "depth_cap": var(rdims, [r.depth_cap for r in rows], "draft tree depth cap (-1: none)"),

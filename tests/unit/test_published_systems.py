@@ -142,5 +142,8 @@ def test_quick_run_writes_a_consistent_dataset(ps, tmp_path, capsys):
     assert (ds.entropy_star.sel(shape="zipf") > ds.entropy_star.sel(shape="geometric")).all()
     assert int(ds.depth_cap[0]) == 10 and np.isfinite(ds.mc_cap_exceeded[0]).all()
     assert np.isnan(ds.mc_cap_exceeded[1]).all()                 # DySpec has no depth cap
+    # a depth cap only lowers the ceiling: the compatible entropy can only drop
+    assert (ds.entropy_star_capped[0] <= ds.entropy_star[0] + 1e-9).all()
+    assert np.isnan(ds.entropy_star_capped[1]).all()
     ds.close()
     assert out.with_suffix(".png").exists()
