@@ -27,16 +27,24 @@ CONVENTIONS = "CF-1.10"
 
 
 def _git_commit() -> str:
-    """Commit of the brwsim checkout, or "" when not run from a git work tree."""
+    """Commit of the brwsim checkout (``-dirty`` appended when tracked files are modified),
+    or "" when not run from a git work tree."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
             ["git", "-C", str(here), "rev-parse", "HEAD"],
             capture_output=True, text=True, timeout=5, check=False,
         )
+        if out.returncode != 0:
+            return ""
+        status = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
+    dirty = status.returncode == 0 and status.stdout.strip() != ""
+    return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def provenance_attrs(title: str, config: dict[str, Any], seed: int,

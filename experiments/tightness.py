@@ -2,8 +2,9 @@
 
 For seven families spanning mean entropy 0.3 to 8 nats (LLM-like Peaked and a mixture of
 near-certain and diffuse positions among them), budgets P = 1, 2, 4, ..., 2**20, trees are
-added in batches until the standard error of the Monte Carlo E[X] is below 0.01 tokens at
-every budget (or a time cap is hit, which the output then records). Writes
+added in batches of 100 until the standard error of the Monte Carlo E[X] is below 0.01 tokens
+at every budget (or a cap on the number of trees is hit, which the output then records).
+The stopping rule depends only on the data, so the output is the same on any machine. Writes
 ``data/tightness.nc`` and ``data/tightness.png`` and prints the ratios bound/MC and
 prediction/MC.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +44,15 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def measure(label: str, fam, budgets: np.ndarray, seed: int, se_target: float,
-            min_trees: int, batch: int, cap_seconds: float) -> dict:
-    """Sufficient statistics of E[X | T] and X, adding batches until the SE target is met."""
+            min_trees: int, batch: int, max_trees: int) -> dict:
+    """Sufficient statistics of E[X | T] and X, adding batches until the SE target is met.
+
+    Stops after ``max_trees`` trees at most; a rule on the data only (never the clock), so
+    the result is reproducible on any machine.
+    """
     spec, key = fam.spec(), seed_key(seed)
     m = budgets.size
-    n, t0, t_thr = 0, time.perf_counter(), math.nan
+    n, t_thr = 0, math.nan
     s1, s2, a1, a2, d1 = (np.zeros(m) for _ in range(5))
     while True:
         acc, exp, dep, _, t_thr = run_iterations(spec, budgets, key, n, batch, t_thr)
@@ -59,12 +63,11 @@ def measure(label: str, fam, budgets: np.ndarray, seed: int, se_target: float,
         a2 += (acc.astype(np.float64) ** 2).sum(1)
         d1 += dep.sum(1)
         se = np.sqrt(np.maximum(s2 / n - (s1 / n) ** 2, 0) / (n - 1))
-        elapsed = time.perf_counter() - t0
-        if n >= min_trees and (se.max() < se_target or elapsed > cap_seconds):
+        if n >= min_trees and (se.max() < se_target or n >= max_trees):
             break
     mom = fam.moments()
     num, asy = predictions(fam, budgets)
-    return dict(label=label, family=repr(fam), n=n, seconds=elapsed, mu=mom.mu, mu2=mom.mu2,
+    return dict(label=label, family=repr(fam), n=n, mu=mom.mu, mu2=mom.mu2,
                 e_mean=s1 / n, e_se=se, x_mean=a1 / n,
                 x_se=np.sqrt(np.maximum(a2 / n - (a1 / n) ** 2, 0) / (n - 1)), depth=d1 / n,
                 bound=paper_bound(mom.mu, mom.mu2, budgets), pred=num, pred_asy=asy)
@@ -136,11 +139,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(DATA / "tightness.nc"))
     args = ap.parse_args()
-    p_max, se_target, min_trees, cap = (12, 0.05, 200, 120) if args.quick else (20, 0.01, 400, 3000)
+    p_max, se_target, min_trees, cap = (12, 0.05, 200, 2000) if args.quick else (20, 0.01, 400, 20000)
     budgets = validate_budgets([2 ** i for i in range(p_max + 1)])
     seed = 20251211
     config = {"budgets": budgets.tolist(), "se_target": se_target, "min_trees": min_trees,
-              "cap_seconds": cap, "families": {k: repr(v) for k, v in FAMILIES.items()}}
+              "max_trees": cap, "batch": 100, "families": {k: repr(v) for k, v in FAMILIES.items()}}
     rows = Parallel(n_jobs=args.jobs)(
         delayed(measure)(label, fam, budgets, seed + i, se_target, min_trees, 100, cap)
         for i, (label, fam) in enumerate(FAMILIES.items()))

@@ -202,6 +202,9 @@ class Family:
 def _fmt(v: Any) -> str:
     if isinstance(v, Family):
         return repr(v)
+    if hasattr(v, "dist") and hasattr(v, "ppf"):       # a frozen scipy.stats distribution
+        args = [_fmt(a) for a in v.args] + [f"{k}={_fmt(x)}" for k, x in sorted(v.kwds.items())]
+        return f"stats.{v.dist.name}({', '.join(args)})"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_fmt(x) for x in v) + "]"
     if isinstance(v, str):

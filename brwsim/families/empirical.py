@@ -185,7 +185,7 @@ class EntropyTarget(Family):
         if isinstance(self._source, str):
             src: Any = self._source
         else:
-            src = repr(self._source) if self._source is not None else self.entropies.tolist()
+            src = self._source if self._source is not None else self.entropies.tolist()
         out: dict[str, Any] = {"entropies": src, "shape": self.shape}
         if self.vocab is not None:
             out["vocab"] = self.vocab

@@ -7,8 +7,9 @@ Grammar::
     list  := "[" [value ("," value)*] "]"
 
 A call names a family (case-insensitive) or, inside ``entropytarget(entropies=...)``, a
-continuous ``scipy.stats`` distribution, e.g. ``lognorm(s=0.5, scale=1.5)``. A bare word
-(``bank.nc``) is a string.
+continuous ``scipy.stats`` distribution, e.g. ``lognorm(s=0.5, scale=1.5)``; the prefix
+``stats.`` (the form families print) names one whose name is also a family's
+(``stats.uniform(loc=0.2, scale=0.25)``). A bare word (``bank.nc``) is a string.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ def _build(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     key = name.lower()
     if key in FAMILIES:
         return bind_call(FAMILIES[key], key, args, kwargs)
+    key = key.removeprefix("scipy.").removeprefix("stats.")   # stats.uniform: not the family
     dist = getattr(stats, key, None)
     if isinstance(dist, stats.rv_continuous):
         try:

@@ -128,3 +128,21 @@ def test_fixed_tail_mass_is_outside_any_tree():
     assert np.allclose(ds.expected_accepted.values, 0.4)
     x = ds.accepted.values[0]
     assert abs(x.mean() - 0.4) < 4.5 * math.sqrt(0.24 / x.size)
+
+
+@pytest.mark.parametrize("text", [
+    "entropytarget(entropies=stats.uniform(0.2, 0.25))",
+    "entropytarget(entropies=lognorm(s=0.5, scale=1.5), shape=zipf, vocab=1000)",
+    "correlatedentropy(entropies=gamma(a=2.0, scale=0.5), rho=0.9)",
+])
+def test_families_with_scipy_distributions_print_a_parsable_deterministic_form(text):
+    """The string form names the distribution (no memory address) and parses back equal."""
+    from brwsim import parse_family
+
+    fam = parse_family(text)
+    form = repr(fam)
+    assert "object at" not in form and "stats." in form
+    again = parse_family(form)
+    assert again == fam and repr(again) == form
+    np.testing.assert_array_equal(again.entropies, fam.entropies)
+    assert repr(parse_family(text)) == form          # the same on every construction
