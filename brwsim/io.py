@@ -26,8 +26,12 @@ __all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "open_datas
 CONVENTIONS = "CF-1.10"
 
 
+#: What the ``-dirty`` mark of :func:`_git_commit` looks at: the code, not data or notebooks.
+_CODE_PATHS = ("brwsim", "experiments", "pyproject.toml")
+
+
 def _git_commit() -> str:
-    """Commit of the brwsim checkout (``-dirty`` appended when tracked files are modified),
+    """Commit of the brwsim checkout (``-dirty`` appended when tracked code is modified),
     or "" when not run from a git work tree."""
     here = Path(__file__).resolve().parent
     try:
@@ -38,7 +42,8 @@ def _git_commit() -> str:
         if out.returncode != 0:
             return ""
         status = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(here.parent), "status", "--porcelain", "--untracked-files=no", "--",
+             *_CODE_PATHS],
             capture_output=True, text=True, timeout=5, check=False,
         )
     except (OSError, subprocess.SubprocessError):
