@@ -18,7 +18,7 @@ roots are wherever the text has arrived. Writes ``data/iid_breakdown.nc`` and
 
 Usage::
 
-    python experiments/iid_breakdown.py            # full run (about 15 core-minutes)
+    python experiments/iid_breakdown.py            # full run (about 2 core-minutes)
     python experiments/iid_breakdown.py --quick    # smoke run: 4 strengths, P <= 256, 200 trees
 
 Most of the quick run's time is the i.i.d. prediction of each Markov grid point (its

@@ -10,7 +10,7 @@ prediction/MC.
 
 Usage::
 
-    python experiments/tightness.py            # full run (about 35 core-minutes)
+    python experiments/tightness.py            # full run (about 60 core-minutes)
     python experiments/tightness.py --quick    # small smoke run (P <= 2**12, SE target 0.05)
 """
 
