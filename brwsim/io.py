@@ -94,12 +94,21 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
     }
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it when the block succeeds.
 
     The temporary name is ``.<name>.<random><suffix>`` in the destination folder (created
-    if missing); on any exception it is deleted and ``path`` is left untouched.
+    if missing); on any exception it is deleted and ``path`` is left untouched. The final
+    file gets the permissions of a normally created one (``0o666`` minus the umask), not the
+    private ``0o600`` of a temporary file, so that shared sweep folders stay readable.
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +116,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -125,3 +125,19 @@ def test_ceiling_command_prints_ceiling_fraction_and_implied_entropy():
                          (["--tau", "3"], "--budget")]:
         bad = run_cli("ceiling", *args)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and needle in bad.stderr, bad.stderr
+
+
+def test_outputs_get_normal_file_permissions_not_the_temporary_files(tmp_path):
+    """Atomic writes rename a private temp file: the result must still honour the umask."""
+    import os
+    import stat
+
+    out = tmp_path / "perm.nc"
+    old = os.umask(0o022)
+    try:
+        assert main(["run", "--family", "uniform(k=2)", "--budgets", "4", "--iterations", "2",
+                     "--out", str(out), "--quiet"]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp left
