@@ -126,12 +126,13 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     key = seed_key(seed)
     spec = family.spec()
     pols = _policies(policies)
-    runners = [None if type(p).__name__ == "Optimal" and p.max_depth is None else p for p in pols]
-    shape = (len(runners), b.size, iterations)
+    # the optimal tree (capped or not) calls the kernel directly, its threshold carried over
+    caps = [p.depth_cap if type(p).__name__ == "Optimal" else None for p in pols]
+    shape = (len(pols), b.size, iterations)
     acc = np.empty(shape, np.int32)
     exp = np.empty(shape)
     dep = np.empty(shape, np.int32)
-    t = math.nan
+    t = [math.nan] * len(pols)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -140,10 +141,10 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     for first in range(0, iterations, _CHUNK):
         count = min(_CHUNK, iterations - first)
         cols = slice(first, first + count)
-        for i, pol in enumerate(runners):
-            if pol is None:
-                acc[i, :, cols], exp[i, :, cols], dep[i, :, cols], _, t = run_iterations(
-                    spec, b, key, first, count, t)
+        for i, (pol, cap) in enumerate(zip(pols, caps)):
+            if cap is not None:
+                acc[i, :, cols], exp[i, :, cols], dep[i, :, cols], _, t[i] = run_iterations(
+                    spec, b, key, first, count, t[i], cap)
             else:
                 acc[i, :, cols], exp[i, :, cols], dep[i, :, cols] = pol.run(spec, b, key, first, count)
         if bar is not None:

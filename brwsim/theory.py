@@ -219,7 +219,13 @@ def _lattice_span(
     return float(v0 * np.gcd.reduce(mult) / den)
 
 
-_MAX_ATOMS = 4_000_000     # larger exact laws (e.g. Geometric with r near 1) are sampled
+#: Exact spine-step laws with more atoms than this (e.g. Geometric with r near 1) are sampled.
+MAX_EXACT_ATOMS = 4_000_000
+
+
+def geometric_atom_count(r: float) -> int:
+    """Atoms of the exact Geometric(r) spine-step law: ranks until r**count < 1e-16."""
+    return max(1, math.ceil(math.log(1e-16) / math.log(r)))
 
 
 def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
@@ -272,8 +278,8 @@ def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
         r = float(family.r)
         if not 0 < r < 1:
             raise UserError(f"Geometric: r must be in (0, 1), got {r}")
-        count = max(1, math.ceil(math.log(1e-16) / math.log(r)))  # r**count < 1e-16
-        if count <= _MAX_ATOMS:                                   # else: sampled below
+        count = geometric_atom_count(r)
+        if count <= MAX_EXACT_ATOMS:                              # else: sampled below
             i = np.arange(count)
             return SpineSteps.atoms(-math.log1p(-r) - i * math.log(r), (1 - r) * r**i)
     if name == "Zipf" and getattr(family, "spread", None) == 0:  # the same q everywhere

@@ -39,7 +39,7 @@ from scipy.optimize import brentq
 
 from brwsim import Optimal, simulate
 from brwsim.errors import UserError
-from brwsim.ceiling import SHAPES, entropy_family
+from brwsim.ceiling import SHAPES, ceiling, entropy_family
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.theory import paper_bound, prediction
 
@@ -191,11 +191,11 @@ def solve_and_check(shape: str, h0: float, hb0: float, P: int, value: float, cap
     ``value`` to first order (using the prediction's slope), fraction of calls with X > cap
     or NaN without a cap).
     """
-    def ceiling(x):
-        return 1.0 + float(prediction(family(shape, x), [P])[0])
+    def at(x):
+        return float(ceiling(x, [P], shape, VOCAB)[0])
 
-    h = refine(ceiling, h0, value)
-    slope = (ceiling(1.01 * h) - ceiling(0.99 * h)) / (0.02 * h)
+    h = refine(at, h0, value)
+    slope = (at(1.01 * h) - at(0.99 * h)) / (0.02 * h)
     hb = math.nan
     if math.isfinite(hb0):
         def bound(x):

@@ -212,24 +212,23 @@ class EntropyTarget(Family):
             return Geometric(param).sample_full(rng) if param > 0 else np.array([1.0])
         return Zipf(param, self.vocab).sample_full(rng)
 
-    def spine_steps(self, max_atoms: int = 4_000_000):
+    def spine_steps(self, max_atoms: int | None = None):
         """The exact spine-step law (:func:`brwsim.theory.spine_steps`), or None if too large.
 
         Each distinct entropy value contributes the atoms of its geometric or Zipf law, with
         weight (its share of the values) x q_i. Returns None when that needs more than
-        ``max_atoms`` atoms (e.g. thousands of values on a large Zipf vocabulary), so the
-        caller samples the law instead.
+        ``max_atoms`` atoms (default :data:`brwsim.theory.MAX_EXACT_ATOMS`; e.g. thousands
+        of values on a large Zipf vocabulary), so the caller samples the law instead.
         """
         from brwsim.families.parametric import Geometric, Zipf
-        from brwsim.theory import SpineSteps, spine_steps
+        from brwsim.theory import MAX_EXACT_ATOMS, SpineSteps, geometric_atom_count, spine_steps
 
         values, counts = np.unique(self.params_per_value, return_counts=True)
         if self.shape == "zipf":
             atoms = values.size * self.vocab
-        else:                                      # geometric: atoms down to r**i < 1e-16
-            r = values[values > 0]
-            atoms = int(np.ceil(np.log(1e-16) / np.log(r)).sum()) + int((values <= 0).sum())
-        if atoms > max_atoms:
+        else:                                      # r = 0 is one atom (q = [1])
+            atoms = sum(geometric_atom_count(v) if v > 0 else 1 for v in values)
+        if atoms > (MAX_EXACT_ATOMS if max_atoms is None else max_atoms):
             return None
         steps = [spine_steps(Geometric(v)) if self.shape == "geometric" and v > 0
                  else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
