@@ -122,7 +122,8 @@ def bank_stats(bank: str | os.PathLike[str] | xr.Dataset, budgets: Any = None,
     (h_lo, h_hi, m_lo, m_hi), used_vocab = _bounds_of(ds, name, probs, tail, vocab)
     family = Empirical(probs)
     mom = family.moments()
-    pred, asy = predictions(family, b)
+    theory = predictions(family, b)
+    pred, asy = theory["prediction"], theory["prediction_asymptotic"]
     count = (probs > 0).sum(axis=1)
     return BankStats(
         positions=int(probs.shape[0]), k=int(probs.shape[1]), k_min=int(count.min()),

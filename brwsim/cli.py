@@ -91,12 +91,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rows.append([str(p), f"{float(s.accepted_mean[i]):.4f}", f"{float(s.accepted_se[i]):.4f}",
                      f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.expected_mean[i]):.4f}",
                      f"{float(s.expected_se[i]):.4f}", f"{float(s.depth_mean[i]):.2f}",
-                     f"{float(ds['paper_bound'][i]):.4f}"])
-        if "prediction" in ds:
-            rows[-1].append(f"{float(ds['prediction'][i]):.4f}")
-    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth", "paper bound"]
-    if "prediction" in ds:
-        header.append("prediction")
+                     f"{float(ds['paper_bound'][i]):.4f}", _fmt_se(ds, "upper_bound", i),
+                     _fmt_se(ds, "prediction", i)])
+    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth", "paper bound",
+              "upper bound", "prediction"]
     print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
     se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
     print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
@@ -107,6 +105,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         write_netcdf_atomic(ds, args.out)
         print(f"wrote {args.out}")
     return 0
+
+
+def _fmt_se(ds, name: str, i: int) -> str:
+    """``value`` or ``value ± se`` (when the spine law was sampled) of a per-budget variable."""
+    v = float(ds[name][i])
+    se = float(ds[name + "_se"][i]) if name + "_se" in ds else 0.0
+    if math.isnan(v):
+        return "n/a"
+    return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
 
 
 def _run_policies(texts: list[str] | None) -> list | None:
@@ -147,16 +154,27 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     family = parse_family(args.family)
     budgets = validate_budgets(parse_budgets(args.budgets))
     mom = family.moments()
-    num, asy = predictions(family, budgets)
+    pred = predictions(family, budgets)
     bound = paper_bound(mom.mu, mom.mu2, budgets)
     print(f"family: {family!r}")
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
           f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
-    fmt = lambda v: "n/a" if np.isnan(v) else f"{v:.4f}"  # noqa: E731
-    rows = [[str(p), fmt(b), fmt(n), fmt(a), fmt(n + 1)] for p, b, n, a in zip(budgets, bound, num, asy)]
-    print(format_table(rows, ["P", "paper bound", "prediction", "asymptotic", "tau pred."]))
-    if np.isnan(asy).all():
+
+    def fmt(v, se=0.0):
+        if np.isnan(v):
+            return "n/a"
+        return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
+
+    rows = [[str(p), fmt(bound[i]), fmt(pred["upper_bound"][i], pred["upper_bound_se"][i]),
+             fmt(pred["prediction"][i], pred["prediction_se"][i]),
+             fmt(pred["prediction_asymptotic"][i]), fmt(pred["prediction"][i] + 1)]
+            for i, p in enumerate(budgets)]
+    print(format_table(rows, ["P", "paper bound", "upper bound", "prediction", "asymptotic",
+                              "tau pred."]))
+    if np.isnan(pred["prediction_asymptotic"]).all():
         print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
+    if (pred["prediction_se"] > 0).any():
+        print("±: standard error from sampling the spine-step law (no exact law for this family)")
     return 0
 
 

@@ -190,7 +190,7 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     from brwsim.theory import paper_bound
 
     mom = _memo(family, "moments", family.moments)
-    pred_num, pred_asy = predictions(family, budgets)
+    pred = predictions(family, budgets)
     n_it = acc.shape[-1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
                                              "units": "1"}),
@@ -217,11 +217,20 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
         "paper_bound": xr.Variable(("budget",), paper_bound(mom.mu, mom.mu2, budgets), {
             "long_name": "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped",
             "units": "1"}),
-        "prediction": xr.Variable(("budget",), pred_num, {
+        "prediction": xr.Variable(("budget",), pred["prediction"], {
             "long_name": "renewal-theory prediction of E[X] (numerical renewal equation)",
             "units": "1"}),
-        "prediction_asymptotic": xr.Variable(("budget",), pred_asy, {
+        "prediction_se": xr.Variable(("budget",), pred["prediction_se"], {
+            "long_name": "standard error of the prediction from sampling the spine-step law "
+                         "(0 when exact)", "units": "1"}),
+        "prediction_asymptotic": xr.Variable(("budget",), pred["prediction_asymptotic"], {
             "long_name": "key-renewal-theorem asymptotic of E[X] (NaN on lattices)", "units": "1"}),
+        "upper_bound": xr.Variable(("budget",), pred["upper_bound"], {
+            "long_name": "proven upper bound on E[X]: min_t U(t) + e^-t (P - M(t)) "
+                         "(floor-discretised spine law)", "units": "1"}),
+        "upper_bound_se": xr.Variable(("budget",), pred["upper_bound_se"], {
+            "long_name": "standard error of upper_bound from sampling the spine-step law "
+                         "(0 when exact)", "units": "1"}),
     }
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
     attrs["family"] = repr(family)
@@ -241,21 +250,34 @@ def _memo(family: Family, name: str, compute: Any) -> Any:
     return cache[name]
 
 
-def predictions(family: Family, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Numerical and asymptotic renewal predictions of E[X] (NaN where they do not apply).
+def predictions(family: Family, budgets: np.ndarray) -> dict[str, np.ndarray]:
+    """The renewal predictions and the proven bound per budget (NaN where they do not apply).
 
-    See :func:`brwsim.theory.prediction`; the asymptotic is undefined on lattice families.
+    Returns
+    -------
+    dict
+        ``prediction``, ``prediction_se`` (numerical prediction and its standard error from
+        sampling the spine law, 0 when exact), ``prediction_asymptotic`` (NaN on lattices),
+        ``upper_bound`` and ``upper_bound_se``; see :mod:`brwsim.theory`.
     """
-    from brwsim.theory import prediction, spine_steps
+    from brwsim.theory import prediction, prediction_with_se, spine_steps, upper_bound
 
-    steps = _memo(family, "spine_steps", lambda: spine_steps(family))
-    out = []
-    for method in ("numerical", "asymptotic"):
+    steps = spine_steps(family)
+    nan = np.full(budgets.shape, np.nan)
+    out = {}
+    for name, fn in (("prediction", lambda: prediction_with_se(steps, budgets)),
+                     ("upper_bound", lambda: upper_bound(steps, budgets))):
         try:
-            out.append(np.asarray(prediction(steps, budgets, method=method), dtype=np.float64))
+            res = fn()
+            out[name], out[name + "_se"] = np.asarray(res.value, float), np.asarray(res.se, float)
         except UserError:
-            out.append(np.full(budgets.shape, np.nan))
-    return out[0], out[1]
+            out[name], out[name + "_se"] = nan, nan
+    try:
+        out["prediction_asymptotic"] = np.asarray(
+            prediction(family, budgets, method="asymptotic"), dtype=np.float64)
+    except UserError:
+        out["prediction_asymptotic"] = nan
+    return out
 
 
 def summarize(ds: xr.Dataset) -> xr.Dataset:

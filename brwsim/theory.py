@@ -28,19 +28,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
-from scipy import optimize, signal
+from scipy import signal
 
 from brwsim.errors import UserError
+from brwsim.spinelaw import MAX_EXACT_ATOMS, SpineLaw, SpineSteps, X_CAP, geometric_atom_count
 
 __all__ = [
+    "SpineLaw",
     "SpineSteps",
+    "Prediction",
     "paper_bound",
     "prediction",
+    "prediction_with_se",
+    "upper_bound",
     "renewal_functions",
     "spine_steps",
+    "MAX_EXACT_ATOMS",
+    "geometric_atom_count",
 ]
 
 _STOCHASTIC_TOL = 1e-9  # total mass m >= 1 - this counts as m = 1
@@ -89,267 +95,46 @@ def paper_bound(mu, mu2, P):
     return float(out) if out.ndim == 0 else out
 
 
-@dataclass(frozen=True, eq=False)
-class SpineSteps:
-    """The law F of one spine step ``-log q_I``, ``I ~ q``, as weighted atoms.
+# --------------------------------------------------------------------------------------
+# numerical renewal functions on a grid
+
+
+def spine_steps(family) -> SpineLaw:
+    """The spine-step law of a family (a :class:`~brwsim.spinelaw.SpineLaw`).
 
     Parameters
     ----------
-    values : array_like
-        Step sizes ``-log q_i`` (nats, >= 0).
-    weights : array_like
-        Their masses, >= 0; the total is ``m = E[sum q] <= 1``.
-    exact : bool
-        True when the atoms are the exact law, False when they are a Monte Carlo sample.
-    lattice_span : float or None
-        The largest ``h`` with every value in ``h * Z`` (None for non-lattice laws).
-        :meth:`atoms` detects it; a sample is never a lattice.
-
-    Notes
-    -----
-    Lattice means the *support of the step law* lies in ``h * Z``. Uniform(k) (one atom,
-    ``log k``) is a lattice law; Geometric(r) (atoms ``-log(1-r) - i log r``) is one only when
-    ``log(1-r) / log(r)`` is rational (e.g. r = 1/2, span log 2), and is non-lattice otherwise.
-    """
-
-    values: np.ndarray
-    weights: np.ndarray
-    exact: bool = True
-    lattice_span: float | None = None
-
-    def __post_init__(self):
-        v = np.asarray(self.values, dtype=float).ravel()
-        w = np.asarray(self.weights, dtype=float).ravel()
-        if v.shape != w.shape:
-            raise UserError("SpineSteps: values and weights must have the same length")
-        if not (np.isfinite(w).all() and (w >= 0).all()):
-            raise UserError("SpineSteps: weights must be finite and >= 0")
-        keep = w > 0
-        v, w = v[keep], w[keep]
-        if v.size == 0:
-            raise UserError("SpineSteps: no atom with positive weight")
-        if not (np.isfinite(v).all() and (v >= 0).all()):
-            raise UserError("SpineSteps: values (-log q) must be finite and >= 0")
-        if w.sum() > 1 + 1e-9:
-            raise UserError(
-                f"SpineSteps: total mass {w.sum():.12g} exceeds 1 (sum q <= 1)"
-            )
-        object.__setattr__(self, "values", v)
-        object.__setattr__(self, "weights", w)
-
-    @classmethod
-    def atoms(cls, values, weights) -> SpineSteps:
-        """Exact atoms: merge equal values and detect a lattice."""
-        v = np.asarray(values, dtype=float).ravel()
-        w = np.asarray(weights, dtype=float).ravel()
-        keep = (w > 0) & np.isfinite(v)
-        uniq, inv = np.unique(v[keep], return_inverse=True)
-        merged = np.bincount(inv, weights=w[keep], minlength=uniq.size)
-        return cls(uniq, merged, exact=True, lattice_span=_lattice_span(uniq))
-
-    @property
-    def mass(self) -> float:
-        """Total mass ``m = E[sum q]``."""
-        return float(self.weights.sum())
-
-    @property
-    def mu(self) -> float:
-        """``E[H(q)] = E[sum -q_i log q_i]``, the first moment of F."""
-        return float(self.weights @ self.values)
-
-    @property
-    def mu2(self) -> float:
-        """``E[sum q_i (log q_i)^2]``, the second moment of F."""
-        return float(self.weights @ self.values**2)
-
-    def malthusian(self) -> tuple[float, float]:
-        """Malthusian parameter and mean of the tilted spine.
-
-        Returns
-        -------
-        theta : float
-            The root of ``E[sum q^theta] = sum_a w_a exp((1 - theta) v_a) = 1`` in (0, 1];
-            1 when ``m = 1``.
-        nu : float
-            ``E[sum q^theta (-log q)]``, the mean step of the tilted (probability) law
-            ``w_a exp((1 - theta) v_a)``; equal to ``mu`` when ``m = 1``.
-
-        Raises
-        ------
-        brwsim.errors.UserError
-            If no theta in (0, 1) exists (the mean number of children is <= 1, as for a tree
-            that is a single path).
-        """
-        if self.mass >= 1 - _STOCHASTIC_TOL:
-            return 1.0, self.mu
-        v, w = self.values, self.weights
-        shift = v.max()  # evaluate in log space: the count weights w e^v can be huge
-
-        def log_laplace(theta):
-            return (
-                math.log(np.sum(w * np.exp((1 - theta) * (v - shift))))
-                + (1 - theta) * shift
-            )
-
-        if log_laplace(1e-12) <= 0:
-            raise UserError(
-                "no Malthusian parameter: the mean number of children E[#{q_i > 0}] is <= 1"
-            )
-        theta = optimize.brentq(log_laplace, 1e-12, 1.0, xtol=1e-14, rtol=1e-14)
-        tilt = w * np.exp((1 - theta) * v)
-        return float(theta), float(tilt @ v / tilt.sum())
-
-
-def _lattice_span(
-    values: np.ndarray, max_den: int = 100, rtol: float = 1e-10
-) -> float | None:
-    """Largest h with every positive value an integer multiple of h, or None."""
-    v = np.unique(values[values > 0])
-    if v.size == 0:
-        return None
-    v0, den = v[0], 1
-    for ratio in v[1:] / v0:
-        frac = Fraction(float(ratio)).limit_denominator(max_den)
-        if abs(frac - ratio) > rtol * ratio:
-            return None
-        den = math.lcm(den, frac.denominator)
-        if den > max_den:
-            return None
-    mult = np.rint(v * den / v0).astype(np.int64)
-    return float(v0 * np.gcd.reduce(mult) / den)
-
-
-#: Exact spine-step laws with more atoms than this (e.g. Geometric with r near 1) are sampled.
-MAX_EXACT_ATOMS = 4_000_000
-
-
-def geometric_atom_count(r: float) -> int:
-    """Atoms of the exact Geometric(r) spine-step law: ranks until r**count < 1e-16."""
-    return max(1, math.ceil(math.log(1e-16) / math.log(r)))
-
-
-def spine_steps(family, n: int = 200_000, seed: int = 0) -> SpineSteps:
-    """The spine-step law of a family: exact atoms when it has them, else a sample.
-
-    Parameters
-    ----------
-    family : object
-        A :class:`SpineSteps` (returned as is) or a family. Exact atoms for ``Uniform`` (``.k``),
-        ``Fixed`` (``.probs``), ``Geometric`` (``.r``; atoms truncated where the remaining mass
-        drops below 1e-16; sampled when that needs more than 4 million atoms), ``Empirical`` (``.rows``, each row equally likely) and ``Zipf``
-        with ``spread == 0``, recognised by class name and attribute; a family with a
-        ``spine_steps()`` method (e.g. ``NGram``, ``EntropyTarget``) supplies its own, or returns
-        None to be sampled. Any other family needs ``sample_full(rng)``.
-    n : int
-        Number of distributions to sample for a family without atoms (capped so that at most
-        about 1e8 probabilities are drawn). The sampling error of the prediction scales as
-        ``(t_P / mu^2) * sd(H) / sqrt(n)``.
-    seed : int
-        Seed of the ``numpy.random.Generator`` used for sampling.
+    family : Family or SpineLaw
+        A law is returned as is; a family gives :meth:`~brwsim.families.Family.spine_law`,
+        computed once per instance: exact (closed form, atoms or quadrature) where the
+        family has such a law, else sampled inside numba (:class:`~brwsim.spinelaw.SampledLaw`).
 
     Returns
     -------
-    SpineSteps
-
-    Notes
-    -----
-    Sampled distributions keep their 32 largest probabilities as exact atoms
-    (value ``-log q_i``, weight ``q_i / n``) and, when the vocabulary is larger, represent the
-    rest by 8 draws ``J ~ q`` restricted to the tail, each of weight ``tail mass / (8 n)``:
-    an unbiased estimate of F that needs O(1) memory per distribution.
+    SpineLaw
     """
-    if isinstance(family, SpineSteps):
+    if isinstance(family, SpineLaw):
         return family
-    if callable(getattr(family, "spine_steps", None)):  # a family that may know its exact law
-        steps = family.spine_steps()
-        if steps is not None:        # None: too many atoms to list, sample instead
-            return steps
-    name = type(family).__name__
-    if name == "Uniform" and hasattr(family, "k"):
-        k = int(family.k)
-        if k < 1:
-            raise UserError(f"Uniform: k must be >= 1, got {k}")
-        return SpineSteps.atoms([math.log(k)], [1.0])
-    if name == "Fixed" and hasattr(family, "probs"):
-        p = np.asarray(family.probs, dtype=float)
-        p = p[p > 0]
-        return SpineSteps.atoms(-np.log(p), p)
-    if name == "Geometric" and hasattr(family, "r"):
-        r = float(family.r)
-        if not 0 < r < 1:
-            raise UserError(f"Geometric: r must be in (0, 1), got {r}")
-        count = geometric_atom_count(r)
-        if count <= MAX_EXACT_ATOMS:                              # else: sampled below
-            i = np.arange(count)
-            return SpineSteps.atoms(-math.log1p(-r) - i * math.log(r), (1 - r) * r**i)
-    if name == "Zipf" and getattr(family, "spread", None) == 0:  # the same q everywhere
-        q = np.asarray(family.sample_full(np.random.default_rng(seed)), dtype=float)
-        return SpineSteps.atoms(-np.log(q[q > 0]), q[q > 0])
-    if name == "Empirical" and hasattr(family, "rows"):
-        rows = np.asarray(family.rows, dtype=float)
-        if rows.ndim != 2 or rows.shape[0] == 0:
-            raise UserError("Empirical: rows must be a non-empty 2-D array")
-        p = rows[rows > 0]
-        return SpineSteps.atoms(-np.log(p), p / rows.shape[0])
-    if not hasattr(family, "sample_full"):
-        raise UserError(
-            f"cannot get spine steps of {name}: no atoms and no sample_full(rng)"
-        )
-    return _sampled_steps(family, int(n), np.random.default_rng(seed))
-
-
-def _sampled_steps(
-    family, n: int, rng: np.random.Generator, head: int = 32, draws: int = 8
-) -> SpineSteps:
-    """Sampled spine steps: exact head atoms plus tail draws (see :func:`spine_steps`).
-
-    Distributions are processed in chunks whose zero-padded size stays below 1e7 entries,
-    so a family with occasional very long distributions cannot exhaust memory.
-    """
-    first = np.asarray(family.sample_full(rng), dtype=float)
-    n = max(1, min(n, int(1e8) // max(first.size, 1)))
-    values: list[np.ndarray] = []
-    weights: list[np.ndarray] = []
-    rows, width = [first], first.size
-    for _ in range(n - 1):
-        row = np.asarray(family.sample_full(rng), dtype=float)
-        if (len(rows) + 1) * max(width, row.size) > 1e7:
-            _chunk_steps(rows, n, head, draws, rng, values, weights)
-            rows, width = [], 0
-        rows.append(row)
-        width = max(width, row.size)
-    _chunk_steps(rows, n, head, draws, rng, values, weights)
-    return SpineSteps(np.concatenate(values), np.concatenate(weights), exact=False)
-
-
-def _chunk_steps(rows, n, head, draws, rng, values, weights) -> None:
-    """Append the head atoms and tail draws of one chunk of sampled distributions."""
-    q = np.zeros((len(rows), max(r.size for r in rows)))
-    for i, r in enumerate(rows):
-        q[i, : r.size] = r
-    top = q[:, :head]
-    values.append(-np.log(top[top > 0]))
-    weights.append(top[top > 0] / n)
-    tail = q[:, head:]
-    mass = tail.sum(axis=1)
-    rows_with_tail = np.flatnonzero(mass > 0)
-    if rows_with_tail.size:
-        # draws J ~ q restricted to the tail, all rows at once: row i searches in
-        # [i, i + 1), below its last cdf value so that J never lands on a zero
-        tail, mass = tail[rows_with_tail], mass[rows_with_tail]
-        cdf = (np.cumsum(tail, axis=1) / mass[:, None]).clip(max=1.0)
-        u = rng.random((len(tail), draws)) * cdf[:, -1:]
-        offset = np.arange(len(tail))[:, None]
-        flat = np.searchsorted((cdf + offset).ravel(), (u + offset).ravel(), side="right")
-        values.append(-np.log(tail.ravel()[flat]))
-        weights.append(np.repeat(mass / (draws * n), draws))
+    law = getattr(family, "spine_law", None)
+    if not callable(law):
+        raise UserError(f"cannot get the spine-step law of {family!r}: not a brwsim family")
+    memo = family.__dict__.setdefault("_brwsim_memo", {})
+    if "spine_law" not in memo:
+        memo["spine_law"] = law()
+    return memo["spine_law"]
 
 
 # --------------------------------------------------------------------------------------
 # numerical renewal functions on a grid
 
 
-def _grid_step(steps: SpineSteps, h: float | None) -> float:
+def _grid_step(steps: SpineLaw, h: float | None) -> float:
+    own = steps.grid_step
+    if own is not None:
+        if h is not None and abs(h - own) > 1e-12 * own:
+            raise UserError(f"this sampled spine law lives on the grid step {own:.4g}; "
+                            f"do not pass h")
+        return own
     if steps.lattice_span is not None and h is None:
         return steps.lattice_span  # atoms sit on grid points: no discretisation error
     if h is None:
@@ -357,31 +142,6 @@ def _grid_step(steps: SpineSteps, h: float | None) -> float:
     if not h > 0:
         raise UserError(f"grid step h must be > 0, got {h}")
     return float(h)
-
-
-def _discretise(steps: SpineSteps, h: float, size: int) -> np.ndarray:
-    """Masses of F on the grid j*h, j < size.
-
-    An atom at x between grid points a < x < a + h is split so that both its mass and its
-    count mass ``w e^x`` are preserved (then ``int e^s F^{*n}(ds) = m(0)^n`` exactly for the
-    discretised law); the mean is then off by at most ``h^2 / 8`` per atom (``x h / 2`` for
-    atoms with ``x < h``). Atoms on grid points (lattice laws) are kept exactly.
-    """
-    x = steps.values / h
-    j = np.rint(x)
-    on_grid = np.abs(x - j) <= 1e-9 * np.maximum(x, 1.0)
-    j = np.where(on_grid, j, np.floor(x))
-    y = np.where(on_grid, 0.0, x - j)
-    upper = np.expm1(y * h) / math.expm1(h)
-    j = j.astype(np.int64)
-    keep = j < size
-    f = np.bincount(
-        j[keep], weights=steps.weights[keep] * (1 - upper[keep]), minlength=size + 1
-    )
-    f += np.bincount(
-        j[keep] + 1, weights=steps.weights[keep] * upper[keep], minlength=size + 1
-    )
-    return f[:size]
 
 
 def _series_inverse(g: np.ndarray) -> np.ndarray:
@@ -408,31 +168,36 @@ def _renewal_density(f: np.ndarray) -> np.ndarray:
     return np.maximum(u, 0.0)  # remove FFT round-off (~1e-17) below zero
 
 
-def _threshold_guess(steps: SpineSteps, budget: float) -> float:
+def _threshold_guess(steps: SpineLaw, budget: float) -> float:
     if steps.mass >= 1 - _STOCHASTIC_TOL:
         return max(math.log(max(steps.mu * budget, 1.0)), 0.0) + 3.0
     try:
         theta, nu = steps.malthusian()
         return max(math.log(max(theta * nu * budget, 1.0)) / theta, 0.0) + 3.0
     except UserError:
-        return min(budget * steps.values.max(), _T_LIMIT)
+        return _T_LIMIT
 
 
-def _grid(steps: SpineSteps, budget: float, h: float | None):
+def _t_limit(steps: SpineLaw) -> float:
+    return X_CAP if steps.grid_step is not None else _T_LIMIT
+
+
+def _grid(steps: SpineLaw, budget: float, h: float | None, mode: str = "split"):
     """Grid s, masses u of U and cumulative counts C, extended until C reaches budget."""
     h = _grid_step(steps, h)
-    t = min(_threshold_guess(steps, budget), _T_LIMIT)
+    limit = _t_limit(steps)
+    t = min(_threshold_guess(steps, budget), limit)
     while True:
         s = np.arange(_grid_size(t, h)) * h
-        u = _renewal_density(_discretise(steps, h, s.size))
+        u = _renewal_density(steps.cells(h, s.size, mode))
         counts = np.cumsum(np.exp(s) * u)
         if counts[-1] >= budget:
             return s, u, counts
-        if t >= _T_LIMIT:
+        if t >= limit:
             raise UserError(
-                f"budget {budget:g} needs a threshold beyond {_T_LIMIT:g} nats"
+                f"budget {budget:g} needs a threshold beyond {limit:g} nats"
             )
-        t = min(2 * t, _T_LIMIT)
+        t = min(2 * t, limit)
 
 
 def _grid_size(t: float, h: float) -> int:
@@ -449,7 +214,7 @@ def renewal_functions(steps, t_grid, h: float | None = None):
 
     Parameters
     ----------
-    steps : SpineSteps or family
+    steps : SpineLaw or family
         The step law (a family is converted by :func:`spine_steps`).
     t_grid : array_like
         Thresholds t >= 0 (nats).
@@ -473,11 +238,11 @@ def renewal_functions(steps, t_grid, h: float | None = None):
     """
     steps = spine_steps(steps)
     t = np.asarray(t_grid, dtype=float)
-    if np.isnan(t).any() or (t < 0).any() or (t > _T_LIMIT).any():
-        raise UserError(f"renewal_functions: thresholds must be in [0, {_T_LIMIT:g}]")
+    if np.isnan(t).any() or (t < 0).any() or (t > _t_limit(steps)).any():
+        raise UserError(f"renewal_functions: thresholds must be in [0, {_t_limit(steps):g}]")
     hh = _grid_step(steps, h)
     s = np.arange(_grid_size(t.max(initial=0.0), hh)) * hh
-    u = _renewal_density(_discretise(steps, hh, s.size))
+    u = _renewal_density(steps.cells(hh, s.size, "split"))
     cum_u, cum_m = np.cumsum(u), np.cumsum(np.exp(s) * u)
     if steps.lattice_span is not None and hh == steps.lattice_span:
         # atoms on grid points: exact right-continuous step functions
@@ -494,7 +259,7 @@ def renewal_functions(steps, t_grid, h: float | None = None):
 # predictions
 
 
-def _numerical(steps: SpineSteps, budgets: np.ndarray, h: float | None) -> np.ndarray:
+def _numerical(steps: SpineLaw, budgets: np.ndarray, h: float | None) -> np.ndarray:
     s, u, counts = _grid(steps, float(budgets.max()), h)
     cum_u = np.cumsum(u)
     j = np.searchsorted(counts, budgets, side="left")  # first point reaching P
@@ -503,7 +268,23 @@ def _numerical(steps: SpineSteps, budgets: np.ndarray, h: float | None) -> np.nd
     return prev_u + (budgets - prev_c) * np.exp(-s[j])
 
 
-def _asymptotic(steps: SpineSteps, budgets: np.ndarray, moments=None) -> np.ndarray:
+def _bound(steps: SpineLaw, budgets: np.ndarray, h: float | None) -> np.ndarray:
+    """min over t of U(t) + e^{-t} (P - M(t)) for the floor-discretised law (exact lattice)."""
+    s, u, counts = _grid(steps, float(budgets.max()), h, mode="floor")
+    hh = s[1] - s[0] if s.size > 1 else 1.0
+    cum_u = np.cumsum(u)
+    out = np.empty(budgets.size)
+    for k, P in enumerate(budgets):
+        gap = P - counts
+        # on [s_j, s_j + h) the bound is cum_u_j + e^{-t} gap_j: its infimum is at the
+        # right end when gap_j >= 0, at s_j otherwise
+        right = cum_u + np.exp(-(s + hh)) * gap
+        left = cum_u + np.exp(-s) * gap
+        out[k] = min(float(P), float(np.min(np.where(gap >= 0, right, left))))
+    return out
+
+
+def _asymptotic(steps: SpineLaw, budgets: np.ndarray, moments=None) -> np.ndarray:
     if steps.lattice_span is not None:
         raise UserError(
             f"the renewal asymptotic does not apply to a lattice step law (span "
@@ -515,11 +296,56 @@ def _asymptotic(steps: SpineSteps, budgets: np.ndarray, moments=None) -> np.ndar
         mu, mu2 = (
             (moments.mu, moments.mu2) if moments is not None else (steps.mu, steps.mu2)
         )
+        if not (mu > 0 and math.isfinite(mu) and math.isfinite(mu2)):
+            raise UserError(f"the renewal asymptotic needs a finite mean step > 0, got {mu!r}")
         return np.log(mu * budgets) / mu + mu2 / (2 * mu**2) - 1
     theta, nu = steps.malthusian()
     return m / (1 - m) - (theta * nu * budgets) ** (-(1 - theta) / theta) / (
         (1 - theta) * nu
     )
+
+
+def _budgets(budgets) -> np.ndarray:
+    P = np.asarray(budgets, dtype=float)
+    if P.size == 0 or np.isnan(P).any() or (P < 1).any() or not np.isfinite(P).all():
+        raise UserError(f"budgets must be finite and >= 1, got {budgets}")
+    return P
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A prediction (or bound) per budget with its standard error.
+
+    Attributes
+    ----------
+    value : numpy.ndarray
+        The estimate per budget.
+    se : numpy.ndarray
+        Its standard error from sampling the spine-step law (0 for an exact law): the
+        spread of the estimate over the law's independent batches / sqrt(batches).
+    """
+
+    value: np.ndarray
+    se: np.ndarray
+
+
+def _with_se(fn, steps: SpineLaw, P: np.ndarray) -> Prediction:
+    value = fn(steps, P.ravel()).reshape(P.shape)
+    reps = steps.replicates()
+    if not reps:
+        return Prediction(value, np.zeros(P.shape))
+    each = np.array([fn(r, P.ravel()) for r in reps])
+    se = each.std(axis=0, ddof=1) / math.sqrt(len(reps))
+    return Prediction(value, se.reshape(P.shape))
+
+
+def prediction_with_se(family, budgets, *, h: float | None = None) -> Prediction:
+    """The numerical renewal prediction of E[X] with its standard error.
+
+    See :func:`prediction`; the standard error is 0 for families with an exact spine law.
+    """
+    P = _budgets(budgets)
+    return _with_se(lambda st, b: _numerical(st, b, h), spine_steps(family), P)
 
 
 def prediction(
@@ -528,38 +354,36 @@ def prediction(
     method: str = "numerical",
     *,
     h: float | None = None,
-    n: int = 200_000,
-    seed: int = 0,
 ) -> np.ndarray:
     """Renewal-theory prediction of E[X], the accepted draft tokens of the optimal tree.
 
     Parameters
     ----------
     family : object
-        A family or a :class:`SpineSteps` (see :func:`spine_steps`).
+        A family or a :class:`~brwsim.spinelaw.SpineLaw` (see :func:`spine_steps`).
     budgets : array_like
         Budgets P >= 1 (draft tokens, root excluded).
     method : {"numerical", "asymptotic"}
-        ``"numerical"``: fill the expected-count measure ``M(ds) = e^s U(ds)`` with P nodes from
-        s = 0 upwards, collecting ``e^{-s}`` per node (``U(t_P)`` with ``M(t_P) = P`` when M
-        has no atoms). Exact for deterministic families (Fixed, Uniform, Geometric) up to the
-        O(h) grid error (none on a lattice; about 1e-4 tokens at the default grid up to
-        P = 2^20, see the tests and ``docs/theory.md``); for random families it replaces the random size-P threshold by its deterministic
-        counterpart, an error that vanishes as P grows.
+        ``"numerical"``: fill the expected-count measure ``M(ds) = e^s U(ds)`` with P nodes
+        from s = 0 upwards, collecting ``e^{-s}`` per node (``U(t_P)`` with ``M(t_P) = P``
+        when M has no atoms). This is also ``min_t U(t) + e^{-t} (P - M(t))``, an upper
+        bound on E[X] (``docs/theory.md``), and exact for deterministic families (Fixed,
+        Uniform, Geometric) up to the O(h) grid error (none on a lattice). For random
+        families the gap to E[X] is that of a random threshold against its mean measure;
+        it vanishes as P grows for homogeneous families.
         ``"asymptotic"``: the key renewal theorem, non-lattice laws only.
         With ``m = E[sum q] = 1``: ``log(mu P)/mu + mu2/(2 mu^2) - 1``.
         With ``m < 1``: ``m/(1-m) - (theta nu P)^(-(1-theta)/theta) / ((1-theta) nu)``
-        (see :meth:`SpineSteps.malthusian`). The error is o(1) as P grows.
+        (see :meth:`~brwsim.spinelaw.SpineLaw.malthusian`). The error is o(1) as P grows.
     h : float, optional
         Grid step of the numerical method (default ``min(1e-3, mu/100)``; the lattice span on
-        a lattice).
-    n, seed : int
-        Passed to :func:`spine_steps` for families without exact atoms.
+        a lattice; a sampled law's own step).
 
     Returns
     -------
     numpy.ndarray
-        Predicted E[X] per budget (float64, the shape of ``budgets``).
+        Predicted E[X] per budget (float64, the shape of ``budgets``). Its standard error
+        is :func:`prediction_with_se`'s.
 
     Raises
     ------
@@ -568,10 +392,8 @@ def prediction(
     """
     if method not in ("numerical", "asymptotic"):
         raise UserError(f"method must be 'numerical' or 'asymptotic', got {method!r}")
-    P = np.asarray(budgets, dtype=float)
-    if P.size == 0 or np.isnan(P).any() or (P < 1).any() or not np.isfinite(P).all():
-        raise UserError(f"budgets must be finite and >= 1, got {budgets}")
-    steps = spine_steps(family, n=n, seed=seed)
+    P = _budgets(budgets)
+    steps = spine_steps(family)
     if method == "numerical":
         return _numerical(steps, P.ravel(), h).reshape(P.shape)
     moments = None
@@ -580,3 +402,36 @@ def prediction(
         if not getattr(moments, "exact", True):
             moments = None
     return _asymptotic(steps, P.ravel(), moments).reshape(P.shape)
+
+
+def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:
+    """A proven upper bound on E[X] for every drafter that knows the distributions.
+
+    For any tree T of P nodes and any lambda = e^{-t} >= 0,
+    ``sum_{v in T} p(v) <= sum_v (p(v) - lambda)^+ + lambda P`` (each node of T adds at
+    most ``(p - lambda)^+ + lambda``), so by the many-to-one lemma
+    ``E[X] <= U(t) - e^{-t} M(t) + P e^{-t}`` for every t; this returns the minimum over t.
+    It refines ``U(t) + P e^{-t}`` by ``e^{-t} M(t)`` and its slope in log P is ``1 / mu``
+    (the paper's is ``(mu + mu2) / mu^2``). The renewal functions are computed on the grid
+    ``j h`` after moving every step *down* to a grid point, which can only raise
+    ``E[sum (p - lambda)^+]``, and are then exact lattice sums: the result is a bound,
+    not an approximation, up to float round-off (and, for sampled laws, the sampling
+    error reported as ``se``). Derivation: ``docs/theory.md``.
+
+    Parameters
+    ----------
+    family : object
+        A family or a spine-step law.
+    budgets : array_like
+        Budgets P >= 1.
+    h : float, optional
+        Grid step (default as :func:`prediction`); a smaller step tightens the bound by
+        about ``h / (2 mu)`` relative.
+
+    Returns
+    -------
+    Prediction
+        The bound per budget and its standard error (0 for exact laws).
+    """
+    P = _budgets(budgets)
+    return _with_se(lambda st, b: _bound(st, b, h), spine_steps(family), P)

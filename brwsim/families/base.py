@@ -168,21 +168,40 @@ class Family:
         """The compiled numba form of this family."""
         return compile_spec(self.components(1.0), self.context_program(1.0))
 
-    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
-        """mu and mu2 by Monte Carlo over ``n`` exact samples (default: by vocabulary).
+    def spine_law(self):
+        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.spinelaw`).
 
-        Subclasses with closed forms override this. ``n`` defaults to
-        ``clip(2e7 / vocab, 500, 20000)`` node distributions.
+        Families with a closed form, atoms or a quadrature override this; the default
+        samples whole distributions inside numba with the family's own kernels
+        (:class:`~brwsim.spinelaw.SampledLaw`), so predictions carry a standard error.
+        :func:`brwsim.theory.spine_steps` computes it once per instance.
         """
-        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x4D4F4D,)))
-        if n is None:
-            size = self.sample_full(rng).size
-            n = int(np.clip(2e7 / max(size, 1), 500, 20000))
-        vals = np.array([distribution_moments(self.sample_full(rng)) for _ in range(n)])
-        h, m2 = vals[:, 0], vals[:, 1]
-        se = lambda x: float(x.std(ddof=1) / math.sqrt(n))  # noqa: E731
-        return Moments(float(h.mean()), float(m2.mean()), se(h), se(m2),
-                       float((h * h).mean()), se(h * h), exact=False)
+        from brwsim.spinelaw import SampledLaw
+
+        return SampledLaw(self)
+
+    def tempered_family(self, beta: float) -> "Family | None":
+        """An equivalent family of the tempered law ``q**beta`` renormalised, or None.
+
+        Used by :class:`~brwsim.families.Tempered` to inherit an exact spine law and exact
+        moments (e.g. Geometric(r) at beta is Geometric(r**beta)); None means there is no
+        such family and the tempered law is sampled.
+        """
+        return None
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        """mu, mu2 and E[H^2], with standard errors, from the sampled spine law.
+
+        Subclasses with closed forms override this. The default reads the per-distribution
+        entropies that :class:`~brwsim.spinelaw.SampledLaw` records while it samples the
+        spine law (``n`` and ``seed`` are ignored).
+        """
+        from brwsim.theory import spine_steps
+
+        law = spine_steps(self)
+        if hasattr(law, "moments"):
+            return law.moments
+        return Moments(law.mu, law.mu2, exact=law.exact)
 
     def __getstate__(self) -> dict[str, Any]:
         # cached moments / spine steps (brwsim.simulate) stay behind: workers recompute them

@@ -67,6 +67,16 @@ class Mixture(Family):
                        comb([m.h2 for m in ms]), se([m.h2_se for m in ms]),
                        exact=all(m.exact for m in ms))
 
+    def spine_law(self):
+        """The weighted sum of the components' laws (merged atoms when all are atoms)."""
+        from brwsim.spinelaw import mixture_law
+
+        return mixture_law([f.spine_law() for f in self.families], self.weights)
+
+    def tempered_family(self, beta: float) -> "Mixture | None":
+        parts = [f.tempered_family(beta) for f in self.families]
+        return None if any(p is None for p in parts) else Mixture(parts, self.weights)
+
 
 class Tempered(Family):
     """q**(1/T) renormalised at every node: sampling at temperature ``T``.
@@ -93,7 +103,22 @@ class Tempered(Family):
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         return self.family.sample_full(rng, beta / self.T)
 
-    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+    def _equivalent(self) -> Family | None:
+        """The family of the tempered law where one exists (e.g. Geometric(r**(1/T)))."""
         if self.T == 1.0:
-            return self.family.moments(n=n, seed=seed)
+            return self.family
+        return self.family.tempered_family(1.0 / self.T)
+
+    def tempered_family(self, beta: float) -> Family | None:
+        return self.family.tempered_family(beta / self.T)
+
+    def spine_law(self):
+        """The equivalent family's exact law where one exists, else sampled in numba."""
+        eq = self._equivalent()
+        return eq.spine_law() if eq is not None else super().spine_law()
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        eq = self._equivalent()
+        if eq is not None:
+            return eq.moments(n=n, seed=seed)
         return super().moments(n=n, seed=seed)

@@ -113,6 +113,10 @@ class MarkovRegime(Family):
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         return self._marginal().moments(n=n, seed=seed)
 
+    def spine_law(self):
+        """The stationary marginal's law (the i.i.d. mixture of the regimes)."""
+        return self._marginal().spine_law()
+
 
 class DepthDrift(Family):
     """The distribution changes with depth below the current root (drafts get harder further out).
@@ -153,6 +157,10 @@ class DepthDrift(Family):
 
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         return self.families[0].moments(n=n, seed=seed)
+
+    def spine_law(self):
+        """The root family's law (``families[0]``)."""
+        return self.families[0].spine_law()
 
 
 class CorrelatedEntropy(EntropyTarget):

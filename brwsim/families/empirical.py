@@ -108,6 +108,18 @@ class Empirical(Family):
         m2 = (q * lq * lq).sum(axis=1)
         return Moments(float(h.mean()), float(m2.mean()), h2=float((h * h).mean()))
 
+    def spine_law(self):
+        """Exact atoms: every listed probability q of every row, weight q / rows."""
+        from brwsim.spinelaw import SpineSteps
+
+        p = self.rows[self.rows > 0]
+        return SpineSteps.atoms(-np.log(p), p / self.rows.shape[0])
+
+    def tempered_family(self, beta: float) -> "Empirical":
+        if beta == 1.0:
+            return self
+        return Empirical(np.array([tempered_listed(r, beta) for r in self.rows]))
+
 
 def _entropy_values(entropies: Any, hmax: float) -> np.ndarray:
     if hasattr(entropies, "ppf"):          # a frozen scipy.stats distribution
@@ -212,30 +224,34 @@ class EntropyTarget(Family):
             return Geometric(param).sample_full(rng) if param > 0 else np.array([1.0])
         return Zipf(param, self.vocab).sample_full(rng)
 
-    def spine_steps(self, max_atoms: int | None = None):
-        """The exact spine-step law (:func:`brwsim.theory.spine_steps`), or None if too large.
+    def spine_law(self):
+        """The exact spine-step law: each distinct shape parameter's law, weighted by its share.
 
-        Each distinct entropy value contributes the atoms of its geometric or Zipf law, with
-        weight (its share of the values) x q_i. Returns None when that needs more than
-        ``max_atoms`` atoms (default :data:`brwsim.theory.MAX_EXACT_ATOMS`; e.g. thousands
-        of values on a large Zipf vocabulary), so the caller samples the law instead.
+        Geometric values contribute their atoms, Zipf values their exact
+        :class:`~brwsim.spinelaw.ZipfLaw` (up to 64 distinct values) or atoms; a law that
+        would need more than :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (thousands of
+        distinct values on a large vocabulary) is sampled instead.
         """
-        from brwsim.families.parametric import Geometric, Zipf
-        from brwsim.theory import MAX_EXACT_ATOMS, SpineSteps, geometric_atom_count, spine_steps
+        from brwsim.families.parametric import Geometric, Zipf, _zipf_moments_at
+        from brwsim.spinelaw import (MAX_EXACT_ATOMS, SampledLaw, SpineSteps, ZipfLaw,
+                                     geometric_atom_count, mixture_law)
 
         values, counts = np.unique(self.params_per_value, return_counts=True)
+        share = counts / counts.sum()
+        if self.shape == "zipf" and values.size <= 64 and self.vocab > 65_536:
+            laws = [ZipfLaw(v, self.vocab, mu=h, mu2=m2)
+                    for v, (h, m2) in ((v, _zipf_moments_at(v, self.vocab)) for v in values)]
+            return mixture_law(laws, share)
         if self.shape == "zipf":
             atoms = values.size * self.vocab
         else:                                      # r = 0 is one atom (q = [1])
             atoms = sum(geometric_atom_count(v) if v > 0 else 1 for v in values)
-        if atoms > (MAX_EXACT_ATOMS if max_atoms is None else max_atoms):
-            return None
-        steps = [spine_steps(Geometric(v)) if self.shape == "geometric" and v > 0
-                 else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
-                 else spine_steps(Zipf(v, self.vocab, spread=0)) for v in values]
-        share = counts / counts.sum()
-        return SpineSteps.atoms(np.concatenate([st.values for st in steps]),
-                                np.concatenate([st.weights * c for st, c in zip(steps, share)]))
+        if atoms > MAX_EXACT_ATOMS:
+            return SampledLaw(self)
+        laws = [Geometric(v).spine_law() if self.shape == "geometric" and v > 0
+                else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
+                else Zipf(v, self.vocab, spread=0).spine_law() for v in values]
+        return mixture_law(laws, share)
 
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         from brwsim.families.parametric import Geometric, _zipf_moments_at

@@ -313,12 +313,12 @@ class NGram(Family):
         kn_table(self._block, 0, np.array([ctx], np.int64), _TOP, out)
         return np.sort(_temper(out[0], beta))[::-1]
 
-    def spine_steps(self):
+    def spine_law(self):
         """The exact spine-step law of the stationary marginal (:func:`brwsim.theory.spine_steps`).
 
         Atoms -log q_w with weight freq(context) q_w over every corpus context and token.
         """
-        from brwsim.theory import SpineSteps
+        from brwsim.spinelaw import SpineSteps
 
         codes, counts = np.unique(self._pos_ctx, return_counts=True)
         freq = counts / counts.sum()

@@ -13,6 +13,7 @@ from brwsim.families.base import Component, Family, Moments, check_int, check_po
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
+from brwsim import spinelaw as SL
 
 __all__ = ["Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "LAZY_ABOVE", "LAZY_HEAD", "tempered_listed"]
@@ -69,6 +70,13 @@ class Uniform(Family):
         lk = math.log(self.k)
         return Moments(lk, lk * lk, h2=lk * lk)
 
+    def spine_law(self) -> SL.SpineLaw:
+        """One atom at log k (a lattice law)."""
+        return SL.SpineSteps.atoms([math.log(self.k)], [1.0])
+
+    def tempered_family(self, beta: float) -> Family:
+        return self
+
 
 class Fixed(Family):
     """One fixed vector at every node (e.g. a measured positional acceptance vector).
@@ -109,6 +117,13 @@ class Fixed(Family):
         mu = float(-(self.probs * lq).sum())
         return Moments(mu, float((self.probs * lq * lq).sum()), h2=mu * mu)
 
+    def spine_law(self) -> SL.SpineLaw:
+        """Atoms -log q_i of weight q_i (mass sum q, possibly below 1)."""
+        return SL.SpineSteps.atoms(-np.log(self.probs), self.probs)
+
+    def tempered_family(self, beta: float) -> Family:
+        return self if beta == 1.0 else Fixed(tempered_listed(self.probs, beta))
+
 
 class Geometric(Family):
     """q_i = (1 - r) r**i, i = 0, 1, ...: an infinite vocabulary."""
@@ -140,6 +155,32 @@ class Geometric(Family):
         mu = -(a + b * m1)
         mu2 = a * a + 2.0 * a * b * m1 + b * b * m2
         return Moments(mu, mu2, h2=mu * mu)
+
+    def spine_law(self) -> SL.SpineLaw:
+        """Atoms ``-log(1-r) - i log r`` of weight ``(1-r) r^i`` (a lattice when r = 1/2).
+
+        Listed until the remaining mass ``r^n`` is below 1e-16, which is put on the last
+        atom (a lower position: the floor bound stays a bound). Beyond
+        :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (r near 1) the closed-form
+        cumulative functions are used: ``n(x)`` ranks lie below x, of mass ``1 - r^n``.
+        """
+        r = self.r
+        count = SL.geometric_atom_count(r)
+        a, b = math.log1p(-r), math.log(r)
+        if count <= 100_000:
+            i = np.arange(count)
+            w = (1 - r) * r ** i
+            w[-1] += r ** count
+            return SL.SpineSteps.atoms(-a - i * b, w)
+        mom = self.moments()
+
+        def ranks(x):
+            return np.clip(np.ceil((x + a) / -b), 0, None)   # i with -a - i b < x
+
+        return SL.CdfLaw(lambda x: -np.expm1(ranks(x) * b), ranks, 1.0, mom.mu, mom.mu2)
+
+    def tempered_family(self, beta: float) -> Family:
+        return Geometric(self.r ** beta)
 
 
 def _zipf_moments_at(s: float, vocab: int) -> tuple[float, float]:
@@ -188,6 +229,21 @@ class Zipf(Family):
         vals = np.array([_zipf_moments_at(self.s + self.spread * xi, self.vocab) for xi in x])
         w = w / 2.0
         return Moments(float(w @ vals[:, 0]), float(w @ vals[:, 1]), h2=float(w @ vals[:, 0] ** 2))
+
+    def spine_law(self) -> SL.SpineLaw:
+        """Exact: atoms up to 65,536 tokens, else :class:`~brwsim.spinelaw.ZipfLaw`; with a
+        spread, :func:`~brwsim.spinelaw.zipf_spread_law` (quadrature over the exponent)."""
+        mom = self.moments()
+        if self.spread > 0:
+            return SL.zipf_spread_law(self.s - self.spread, self.s + self.spread, self.vocab,
+                                      mom.mu, mom.mu2)
+        if self.vocab <= 65_536:
+            q = self.sample_full(np.random.default_rng(0))
+            return SL.SpineSteps.atoms(-np.log(q), q)
+        return SL.ZipfLaw(self.s, self.vocab, mu=mom.mu, mu2=mom.mu2)
+
+    def tempered_family(self, beta: float) -> Family:
+        return Zipf(beta * self.s, self.vocab, beta * self.spread)
 
 
 class _OrderStatFamily(Family):
@@ -257,6 +313,15 @@ class Dirichlet(_OrderStatFamily):
         cross = a * a / norm * ((psi(a + 1.0) - psi(big + 2.0)) ** 2 - psi1(big + 2.0))
         return Moments(mu, mu2, h2=float(v * diag + v * (v - 1.0) * cross))
 
+    def spine_law(self) -> SL.SpineLaw:
+        """Exact at every vocabulary: the size-biased component ``q_I`` (``I ~ q``) of a
+        symmetric Dirichlet is Beta(alpha + 1, (K - 1) alpha), and the K components are each
+        Beta(alpha, (K - 1) alpha) (the count measure)."""
+        a, k = self.alpha, self.vocab
+        mom = self.moments()
+        return SL.beta_step_law(a + 1.0, (k - 1) * a, a, (k - 1) * a, 1.0, float(k),
+                                mom.mu, mom.mu2)
+
 
 class SoftmaxNormal(_OrderStatFamily):
     """Softmax of i.i.d. N(0, sigma**2) logits over ``vocab`` tokens (Monte Carlo moments)."""
@@ -301,6 +366,52 @@ class Peaked(Family):
         log_h1 = math.log(zipf_sum(self.vocab - 1, self.s, 0))
         log_hb = math.log(zipf_sum(self.vocab - 1, beta * self.s, 0))
         return [Component(K.PEAKED, [self.a, self.b, beta * self.s, beta, log_h1, log_hb], [self.vocab])]
+
+    def _zipf_part(self) -> tuple[float, float, float]:
+        """Entropy, sum z log^2 z and ``-sum z log z`` moments of the Zipf part (V - 1 tokens)."""
+        if self.vocab == 2:
+            return 0.0, 0.0, 0.0
+        h, m2 = _zipf_moments_at(self.s, self.vocab - 1)
+        return h, m2, h
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        """Exact: Beta moments of ``m log m`` (digamma, trigamma) and the Zipf part's sums;
+        E[H^2] by 64-point Gauss-Jacobi quadrature over the top-1 mass."""
+        a, b = self.a, self.b
+        hz, m2z, _ = self._zipf_part()
+        psi, psi1 = special.digamma, lambda x: special.polygamma(1, x)
+
+        def xlogx(p, o):          # E[m log m], E[m log^2 m] for m ~ Beta(p, o)
+            d = psi(p + 1) - psi(p + o + 1)
+            return p / (p + o) * d, p / (p + o) * (d * d + psi1(p + 1) - psi1(p + o + 1))
+
+        e1m, e2m = xlogx(a, b)            # top-1 token
+        e1c, e2c = xlogx(b, a)            # its complement 1 - m
+        mean_c = b / (a + b)
+        mu = float(-e1m - e1c + mean_c * hz)
+        # sum over the Zipf part of (1-m) z (log(1-m) + log z)^2
+        mu2 = float(e2m + e2c + 2 * e1c * (-hz) + mean_c * m2z)
+        x, w = special.roots_jacobi(64, b - 1.0, a - 1.0)   # weight (1-x)^(b-1) (1+x)^(a-1)
+        m = (x + 1.0) / 2.0
+        w = w / w.sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ent = -np.nan_to_num(m * np.log(m)) - np.nan_to_num((1 - m) * np.log1p(-m)) \
+                + (1 - m) * hz
+        return Moments(mu, mu2, h2=float(w @ ent ** 2))
+
+    def spine_law(self) -> SL.SpineLaw:
+        """Exact: ``-log m`` weighted by m (Beta(a + 1, b)) plus the convolution of
+        ``-log(1 - m)`` weighted by 1 - m (Beta(b + 1, a)) with the fixed Zipf law."""
+        a, b = self.a, self.b
+        mom = self.moments()
+        top = SL.beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
+        comp = SL.beta_step_law(b + 1.0, a, b, a, b / (a + b), 1.0, math.nan, math.nan)
+        if self.vocab == 2:
+            zipf = SL.SpineSteps.atoms([0.0], [1.0])
+        else:
+            zipf = Zipf(self.s, self.vocab - 1).spine_law()
+        rest = SL.ConvolvedLaw(comp, zipf, math.nan, math.nan)
+        return SL.SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         m = rng.beta(self.a, self.b)

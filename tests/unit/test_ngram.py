@@ -147,7 +147,7 @@ def test_moments_are_the_stationary_marginal():
     assert len(hs) == n_pos
     assert mom.exact and mom.mu == pytest.approx(hs[:, 0].mean(), rel=1e-12)
     assert mom.mu2 == pytest.approx(hs[:, 1].mean(), rel=1e-12)
-    steps = fam.spine_steps()
+    steps = fam.spine_law()
     assert steps.mass == pytest.approx(1.0, abs=1e-12)
     assert (steps.values * steps.weights).sum() == pytest.approx(mom.mu, rel=1e-12)
     q = fam.sample_full(np.random.default_rng(0))
