@@ -40,6 +40,8 @@ SUM_VARS = (("accepted_sum", "accepted", False), ("accepted_sumsq", "accepted", 
             ("expected_sum", "expected_accepted", False), ("expected_sumsq", "expected_accepted", True),
             ("depth_sum", "depth", False))
 THEORY_VARS = ("mu", "mu2", "mu_se", "mu2_se", "h2")
+#: Per-budget theory variables of a theory shard (absent when the prediction is "none").
+THEORY_BUDGET_VARS = ("prediction", "prediction_se", "upper_bound", "upper_bound_se")
 _CHECKSUM = {"fletcher32": True}
 
 
@@ -185,7 +187,8 @@ def _theory_dataset(task: TheoryTask) -> xr.Dataset:
     data["paper_bound"] = ("budget", np.asarray(bound, dtype=np.float64))
     if task.method != "none":
         pred, why = _prediction(task.family, task.budgets, task.method)
-        data["prediction"] = ("budget", pred)
+        for name, values in pred.items():
+            data[name] = ("budget", values)
         note = "; ".join(x for x in (note, why) if x)
     ds = xr.Dataset(data, {"budget": task.budgets},
                     _shard_attrs(task, moments_exact=int(mom.exact), prediction_method=task.method,
@@ -195,17 +198,33 @@ def _theory_dataset(task: TheoryTask) -> xr.Dataset:
     return ds
 
 
-def _prediction(family: Family, budgets: np.ndarray, method: str) -> tuple[np.ndarray, str]:
-    """The renewal prediction, or NaN and the reason when unavailable for this family."""
+def _prediction(family: Family, budgets: np.ndarray, method: str
+                ) -> tuple[dict[str, np.ndarray], str]:
+    """The renewal prediction with its SE and the proven upper bound (NaN and the reason
+    where unavailable for this family). ``method`` is the prediction's; SE are 0 for exact
+    spine laws and for the asymptotic."""
+    from brwsim.theory import prediction, prediction_with_se, upper_bound
+
     nan = np.full(budgets.size, np.nan)
+    out: dict[str, np.ndarray] = {}
+    why = []
     try:
-        from brwsim.theory import prediction
-    except ImportError:
-        return nan, "prediction: brwsim.theory.prediction is not available"
-    try:
-        return np.asarray(prediction(family, budgets, method), dtype=np.float64), ""
+        if method == "numerical":
+            res = prediction_with_se(family, budgets)
+            out["prediction"], out["prediction_se"] = res.value, res.se
+        else:
+            out["prediction"] = np.asarray(prediction(family, budgets, method), np.float64)
+            out["prediction_se"] = np.zeros(budgets.size)
     except (ValueError, NotImplementedError) as exc:   # UserError is a ValueError
-        return nan, f"prediction: {exc}"
+        out["prediction"], out["prediction_se"] = nan, nan
+        why.append(f"prediction: {exc}")
+    try:
+        res = upper_bound(family, budgets)
+        out["upper_bound"], out["upper_bound_se"] = res.value, res.se
+    except (ValueError, NotImplementedError) as exc:
+        out["upper_bound"], out["upper_bound_se"] = nan, nan
+        why.append(f"upper bound: {exc}")
+    return {k: np.asarray(v, np.float64) for k, v in out.items()}, "; ".join(why)
 
 
 def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,

@@ -576,15 +576,16 @@ class SampledLaw(SpineLaw):
     Notes
     -----
     Each batch is deposited on the grid ``j h`` with ``h = min(1e-3, mu / 100)`` (mu from the
-    pilot) up to :data:`X_CAP` nats, in both discretisations, once; :meth:`cells` then
-    slices. The pooled law is the mean of the batches. The same pass records every
+    pilot) up to :data:`X_CAP` nats, in both discretisations, once, and normalised to mass
+    1 (every family sampled here has ``sum q = 1``); :meth:`cells` then slices. The pooled
+    law is the mean of the batches. The same pass records every
     distribution's entropy and ``sum q (log q)^2``: :attr:`moments` (mu, mu2, E[H^2] with
     standard errors).
     """
 
     exact = False
 
-    def __init__(self, family, rank_budget: int = 2_000_000, batches: int = 10, seed: int = 0,
+    def __init__(self, family, rank_budget: int = 1_000_000, batches: int = 10, seed: int = 0,
                  eps: float = 1e-9) -> None:
         from brwsim.families.base import Moments
         from brwsim.simulate import seed_key
@@ -612,8 +613,9 @@ class SampledLaw(SpineLaw):
         n -= n % batches
         self.h = min(1e-3, max(float(ent.mean()), 1e-6) / 100)
         split, floor, ranks, ent, ent2 = run(n, self.h, batches)
-        scale = batches / n
-        self._grids = {"split": split * scale, "floor": floor * scale}
+        # every sampled family has sum q = 1: normalise away the eps remainder and round-off
+        self._grids = {"split": split / split.sum(axis=1, keepdims=True),
+                       "floor": floor / floor.sum(axis=1, keepdims=True)}
         self.n_distributions = n
         self.batches = batches
         se = lambda v: float(v.std(ddof=1) / math.sqrt(n))  # noqa: E731

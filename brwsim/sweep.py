@@ -37,6 +37,7 @@ from brwsim.shards import (
     RAW_VARS,
     SUM_VARS,
     THEORY_CHUNK,
+    THEORY_BUDGET_VARS,
     THEORY_VARS,
     ChunkTask,
     TaskResult,
@@ -397,6 +398,9 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Any, str, str]] = {
     "accepted_hist": (("budget", "accepted_value"), np.int64, "histogram of X: iterations with X = accepted_value", _UNITS_1),
     "paper_bound": (("budget",), np.float64, "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped", _UNITS_1),
     "prediction": (("budget",), np.float64, "renewal-theory prediction of E[X] (brwsim.theory.prediction)", _UNITS_1),
+    "prediction_se": (("budget",), np.float64, "standard error of the prediction from sampling the spine-step law (0 when exact)", _UNITS_1),
+    "upper_bound": (("budget",), np.float64, "proven upper bound on E[X] (brwsim.theory.upper_bound)", _UNITS_1),
+    "upper_bound_se": (("budget",), np.float64, "standard error of upper_bound from sampling the spine-step law (0 when exact)", _UNITS_1),
     "accepted": (("budget", "iteration"), np.int32, "accepted draft tokens X (sampled target path inside the optimal tree)", _UNITS_1),
     "expected_accepted": (("budget", "iteration"), np.float64, "E[X | T_P]: sum of path probabilities over the optimal tree", _UNITS_1),
     "depth": (("budget", "iteration"), np.int32, "depth of the deepest node of the optimal tree", _UNITS_1),
@@ -478,7 +482,8 @@ class _BlockWriter:
     def _variables(self) -> None:
         grid = tuple(self.block.grid)
         for name, (dims, dtype, long_name, units) in _VARIABLES.items():
-            if (name in RAW_VARS and not self.raw) or (name == "prediction" and self.cfg.prediction == "none"):
+            if (name in RAW_VARS and not self.raw) or (name in THEORY_BUDGET_VARS
+                                                        and self.cfg.prediction == "none"):
                 continue
             extra: dict[str, Any] = {}
             if name in RAW_VARS:
@@ -517,8 +522,9 @@ class _BlockWriter:
         for name in (*THEORY_VARS, "paper_bound"):
             put(name, ds[name].values)
         put("moments_exact", int(ds.attrs["moments_exact"]))
-        if "prediction" in self.vars:
-            put("prediction", ds["prediction"].values)
+        for name in THEORY_BUDGET_VARS:
+            if name in self.vars:
+                put(name, ds[name].values)
         if ds.attrs.get("note"):
             self.notes.append(f"point {point}: {ds.attrs['note']}")
 

@@ -190,7 +190,7 @@ def test_upper_bound_slope_is_one_over_mu_and_below_the_papers_bound():
         B = np.array([2 ** 12, 2 ** 20])
         ub = upper_bound(fam, B).value
         slope = (ub[1] - ub[0]) / (8 * math.log(2))
-        assert slope == pytest.approx(1 / mom.mu, rel=0.02)
+        assert slope == pytest.approx(1 / mom.mu, rel=0.03)   # -> 1/mu as P grows
         P = np.array([2, 16, 1024, 2 ** 16])
         paper = paper_bound(mom.mu, mom.mu2, P)
         assert np.all(upper_bound(fam, P).value[paper > 0] < paper[paper > 0])
