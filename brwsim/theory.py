@@ -43,6 +43,7 @@ __all__ = [
     "prediction",
     "prediction_with_se",
     "upper_bound",
+    "exact_small_budget",
     "renewal_functions",
     "spine_steps",
     "MAX_EXACT_ATOMS",
@@ -432,6 +433,28 @@ def prediction(
         if not getattr(moments, "exact", True):
             moments = None
     return _asymptotic(steps, P.ravel(), moments).reshape(P.shape)
+
+
+def exact_small_budget(family) -> float:
+    """The exact E[X] at budget P = 1: E[max_i q_i] (the tree is the root's top child).
+
+    The renewal prediction is an upper bound that fills the *mean* measure; at small P on
+    heterogeneous families it is far above E[X] (``docs/theory.md``, Section 2). This
+    value is exact for Uniform, Fixed, Geometric, Zipf (quadrature over the exponent),
+    Peaked (incomplete beta functions), Empirical, EntropyTarget and their mixtures and
+    tempered equivalents.
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        For a family without a closed form (e.g. Dirichlet, SoftmaxNormal): estimate it with
+        ``simulate(family, [1], n)``.
+    """
+    value = family.top1_mean() if hasattr(family, "top1_mean") else None
+    if value is None:
+        raise UserError(f"no closed form of E[max q] for {family!r}: estimate it with "
+                        "brwsim.simulate(family, [1], iterations)")
+    return float(value)
 
 
 def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:

@@ -180,6 +180,10 @@ class Family:
 
         return SampledLaw(self)
 
+    def top1_mean(self) -> float | None:
+        """E[max_i q_i], the exact E[X] at budget P = 1, where a closed form exists (else None)."""
+        return None
+
     def tempered_family(self, beta: float) -> "Family | None":
         """An equivalent family of the tempered law ``q**beta`` renormalised, or None.
 

@@ -73,6 +73,10 @@ class Mixture(Family):
 
         return mixture_law([f.spine_law() for f in self.families], self.weights)
 
+    def top1_mean(self) -> float | None:
+        parts = [f.top1_mean() for f in self.families]
+        return None if any(p is None for p in parts) else float(np.dot(self.weights, parts))
+
     def tempered_family(self, beta: float) -> "Mixture | None":
         parts = [f.tempered_family(beta) for f in self.families]
         return None if any(p is None for p in parts) else Mixture(parts, self.weights)
@@ -111,6 +115,10 @@ class Tempered(Family):
 
     def tempered_family(self, beta: float) -> Family | None:
         return self.family.tempered_family(beta / self.T)
+
+    def top1_mean(self) -> float | None:
+        eq = self._equivalent()
+        return None if eq is None else eq.top1_mean()
 
     def spine_law(self):
         """The equivalent family's exact law where one exists, else sampled in numba."""

@@ -117,6 +117,9 @@ class MarkovRegime(Family):
         """The stationary marginal's law (the i.i.d. mixture of the regimes)."""
         return self._marginal().spine_law()
 
+    def top1_mean(self) -> float | None:
+        return self._marginal().top1_mean()
+
 
 class DepthDrift(Family):
     """The distribution changes with depth below the current root (drafts get harder further out).

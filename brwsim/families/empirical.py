@@ -115,6 +115,9 @@ class Empirical(Family):
         p = self.rows[self.rows > 0]
         return SpineSteps.atoms(-np.log(p), p / self.rows.shape[0])
 
+    def top1_mean(self) -> float:
+        return float(self.rows.max(axis=1).mean())
+
     def tempered_family(self, beta: float) -> "Empirical":
         if beta == 1.0:
             return self
@@ -223,6 +226,13 @@ class EntropyTarget(Family):
         if self.shape == "geometric":
             return Geometric(param).sample_full(rng) if param > 0 else np.array([1.0])
         return Zipf(param, self.vocab).sample_full(rng)
+
+    def top1_mean(self) -> float:
+        """Mean top-1 probability over the entropy values: 1 - r (geometric) or 1 / Z(s)."""
+        p = self.params_per_value
+        if self.shape == "geometric":
+            return float(np.mean(1.0 - p))
+        return float(np.mean([1.0 / zipf_sum(self.vocab, s, 0) for s in p]))
 
     def spine_law(self):
         """The exact spine-step law: each distinct shape parameter's law, weighted by its share.

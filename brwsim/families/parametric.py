@@ -77,6 +77,9 @@ class Uniform(Family):
     def tempered_family(self, beta: float) -> Family:
         return self
 
+    def top1_mean(self) -> float:
+        return 1.0 / self.k
+
 
 class Fixed(Family):
     """One fixed vector at every node (e.g. a measured positional acceptance vector).
@@ -123,6 +126,9 @@ class Fixed(Family):
 
     def tempered_family(self, beta: float) -> Family:
         return self if beta == 1.0 else Fixed(tempered_listed(self.probs, beta))
+
+    def top1_mean(self) -> float:
+        return float(self.probs[0])
 
 
 class Geometric(Family):
@@ -181,6 +187,9 @@ class Geometric(Family):
 
     def tempered_family(self, beta: float) -> Family:
         return Geometric(self.r ** beta)
+
+    def top1_mean(self) -> float:
+        return 1.0 - self.r
 
 
 def _zipf_moments_at(s: float, vocab: int) -> tuple[float, float]:
@@ -244,6 +253,14 @@ class Zipf(Family):
 
     def tempered_family(self, beta: float) -> Family:
         return Zipf(beta * self.s, self.vocab, beta * self.spread)
+
+    def top1_mean(self) -> float:
+        """E[1 / Z(s)] over the exponent (48-point Gauss-Legendre; exact without spread)."""
+        if self.spread == 0.0:
+            return 1.0 / zipf_sum(self.vocab, self.s, 0)
+        x, w = np.polynomial.legendre.leggauss(_GL_NODES)
+        return float(w @ [1.0 / zipf_sum(self.vocab, self.s + self.spread * xi, 0) for xi in x]
+                     / 2.0)
 
 
 class _OrderStatFamily(Family):
@@ -412,6 +429,15 @@ class Peaked(Family):
             zipf = Zipf(self.s, self.vocab - 1).spine_law()
         rest = SL.ConvolvedLaw(comp, zipf, math.nan, math.nan)
         return SL.SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
+
+    def top1_mean(self) -> float:
+        """E[max(m, (1 - m) z_1)] with z_1 the largest Zipf share: two incomplete betas."""
+        a, b = self.a, self.b
+        z1 = 1.0 if self.vocab == 2 else 1.0 / zipf_sum(self.vocab - 1, self.s, 0)
+        c = z1 / (1.0 + z1)                      # m > c  <=>  m > (1 - m) z_1
+        top = a / (a + b) * special.betaincc(a + 1.0, b, c)
+        rest = z1 * b / (a + b) * special.betainc(a, b + 1.0, c)
+        return float(top + rest)
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         m = rng.beta(self.a, self.b)

@@ -203,3 +203,19 @@ def test_prediction_is_the_bound_up_to_the_grid():
         ub, pr = upper_bound(fam, B).value, prediction(fam, B)
         assert np.all(ub >= pr - 1e-9)
         assert np.all(ub - pr <= 0.003 * np.maximum(pr, 1))
+
+
+def test_exact_small_budget_matches_monte_carlo_at_p1(family):
+    """E[max q] is E[X | T_1] exactly; families without a closed form refuse."""
+    from brwsim import simulate
+    from brwsim.errors import UserError
+    from brwsim.theory import exact_small_budget
+
+    try:
+        exact = exact_small_budget(family)
+    except UserError:
+        assert family.top1_mean() is None
+        return
+    ds = simulate(family, [1], 4000, seed=2)
+    e = ds.expected_accepted.values[0]
+    assert abs(e.mean() - exact) <= 5 * e.std(ddof=1) / math.sqrt(e.size) + 1e-12
