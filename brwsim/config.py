@@ -24,12 +24,15 @@ Format (natural logarithms everywhere; see ``docs/sweeps.md``)::
     family = ["zipf(s=1.1, vocab=32000)", "peaked(a=4, b=0.5, s=1.1, vocab=32000)"]
     label = "llm_like"            # optional group name (default: the family name)
 
-**Grid rule.** A TOML list given for a *scalar* parameter is a grid dimension named after
-the parameter (its elements must be numbers or strings, distinct); the points of a block
-are the Cartesian product of its grid dimensions in the order the keys appear (row-major).
-Parameters that are lists by nature (:data:`LIST_PARAMS`: ``fixed.probs``,
-``mixture.families``, ``mixture.weights``, ``entropytarget.entropies``, ``empirical.bank``)
-take the list as their value and are never swept: use one block per value instead.
+**Grid rule.** Each family declares its parameters' kinds (``Family.param_kinds``, see
+:data:`brwsim.families.base.PARAM_KINDS`). A value one list level deeper than its kind
+is a grid dimension named after the parameter: a list for a ``scalar`` or ``family``
+parameter, a list of lists for a ``list`` (``fixed.probs``, ``mixture.weights``,
+``entropytarget.entropies``) or ``families`` parameter (``mixture.families``), a list of
+matrices for a ``matrix`` (``markovregime.transition``, ``empirical.bank``). Grid values
+must be distinct; the points of a block are the Cartesian product of its grid dimensions
+in the order the keys appear (row-major). A swept list-valued parameter's coordinate is
+the JSON text of each value.
 
 Every family of every point is built while loading, so unknown keys, wrong types and
 invalid values are reported as a :class:`~brwsim.errors.UserError` naming the key path
@@ -56,23 +59,12 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
 
-__all__ = ["SweepConfig", "Block", "Point", "load_config", "LIST_PARAMS", "FAMILY_PARAMS",
-           "PREDICTION_METHODS", "CONFIG_FORMAT"]
+__all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT"]
 
 #: Version of the normalised configuration (part of the hash).
 CONFIG_FORMAT = 1
-#: Parameters whose value is a list by nature: a list there is the value, never a grid.
-LIST_PARAMS: dict[str, frozenset[str]] = {
-    "fixed": frozenset({"probs"}),
-    "mixture": frozenset({"families", "weights"}),
-    "entropytarget": frozenset({"entropies"}),
-    "empirical": frozenset({"bank"}),
-}
-#: Parameters that take a family (strings are parsed with :func:`brwsim.parse_family`).
-FAMILY_PARAMS: dict[str, frozenset[str]] = {
-    "tempered": frozenset({"family"}),
-    "mixture": frozenset({"families"}),
-}
+#: List depth of a value of each parameter kind (one more level makes a grid).
+_DEPTH = {"scalar": 0, "family": 0, "list": 1, "families": 1, "matrix": 2}
 PREDICTION_METHODS = ("numerical", "asymptotic", "none")
 DEFAULT_CHUNK = 1000
 
@@ -363,18 +355,28 @@ def _label(where: str, label: Any, default: str, used: set[str]) -> str:
     return label
 
 
+def _depth(value: Any) -> int:
+    """List nesting of a TOML value (0 for a scalar or string, 1 for a flat list, ...)."""
+    if not isinstance(value, list):
+        return 0
+    return 1 + max((_depth(v) for v in value), default=0)
+
+
 def _split_params(where: str, name: str, params: Mapping[str, Any]) -> tuple[dict, dict]:
-    allowed = list(inspect.signature(FAMILIES[name]).parameters)
+    cls = FAMILIES[name]
+    allowed = list(inspect.signature(cls).parameters)
     fixed: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
     for key, value in params.items():
         path = f"{where}.{key}"
         if key not in allowed:
             raise UserError(f"{path}: unknown key; {name} takes {', '.join(allowed)}")
-        if key in LIST_PARAMS.get(name, ()):
-            fixed[key] = _list_value(path, name, key, value)
-        elif isinstance(value, list):
+        kind = cls.param_kind(key)
+        depth = _depth(value)
+        if depth > _DEPTH[kind]:
             grid[key] = _grid_values(path, name, key, value)
+        elif kind in ("list", "matrix", "families"):
+            fixed[key] = _list_value(path, name, key, value)
         else:
             fixed[key] = _scalar(path, name, key, value)
     return fixed, grid
@@ -395,7 +397,8 @@ def _scalar(path: str, name: str, key: str, value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise UserError(f"{path}: must be finite, got {value!r}")
     if isinstance(value, str):
-        return _parse(path, value) if key in FAMILY_PARAMS.get(name, ()) or not name else value
+        kind = FAMILIES[name].param_kind(key) if name else "family"
+        return _parse(path, value) if kind == "family" else value
     if not isinstance(value, (int, float)):
         raise UserError(f"{path}: must be a number or a string, got {type(value).__name__} {value!r}")
     return value
@@ -404,27 +407,38 @@ def _scalar(path: str, name: str, key: str, value: Any) -> Any:
 def _grid_values(path: str, name: str, key: str, values: list[Any]) -> list[Any]:
     if not values:
         raise UserError(f"{path}: empty list (a list makes a grid dimension: give at least one value)")
+    kind = FAMILIES[name].param_kind(key) if name else "family"
     out: list[Any] = []
+    seen: set[str] = set()
     for j, v in enumerate(values):
-        if isinstance(v, (list, dict)):
-            raise UserError(f"{path}[{j}]: a grid value must be a number or a string, got {v!r} "
-                            f"({key} is not a list parameter)")
-        out.append(_scalar(f"{path}[{j}]", name, key, v))
-        if out[-1] in out[:-1]:
+        if _depth(v) != _DEPTH[kind] or isinstance(v, dict):
+            what = {"scalar": "a number or a string", "family": "a family string",
+                    "list": "a list", "families": "a list of family strings",
+                    "matrix": "a list of lists"}[kind]
+            raise UserError(f"{path}[{j}]: a grid value of {name or 'family'}.{key} must be "
+                            f"{what} ({kind} parameter), got {v!r}")
+        out.append(_list_value(f"{path}[{j}]", name, key, v) if _DEPTH[kind]
+                   else _scalar(f"{path}[{j}]", name, key, v))
+        text = json.dumps(out[-1], sort_keys=True)
+        if text in seen:
             raise UserError(f"{path}[{j}]: duplicate grid value {v!r}")
-    kinds = {isinstance(v, str) for v in out}
-    if len(kinds) > 1:
+        seen.add(text)
+    if _DEPTH[kind] == 0 and len({isinstance(v, str) for v in out}) > 1:
         raise UserError(f"{path}: a grid mixes numbers and strings")
     return out
 
 
 def _list_value(path: str, name: str, key: str, value: Any) -> Any:
-    if key in FAMILY_PARAMS.get(name, ()):
+    kind = FAMILIES[name].param_kind(key)
+    if kind == "families":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UserError(f"{path}: must be a list of family strings, got {value!r}")
         return [_parse(f"{path}[{j}]", v) for j, v in enumerate(value)]
+    if isinstance(value, str):                   # e.g. entropies = "bank.nc"
+        return value
     if not isinstance(value, list):
-        raise UserError(f"{path}: must be a list ({name}.{key} is a list parameter), got {value!r}")
+        raise UserError(f"{path}: must be a list ({name}.{key} is a {kind} parameter), "
+                        f"got {value!r}")
     return value
 
 
@@ -462,11 +476,12 @@ def _build(name: str, kwargs: dict[str, Any]) -> Family:
 
 def _materialise(name: str, key: str, value: Any) -> Any:
     """Family strings of family parameters become families; everything else is as given."""
-    if key not in FAMILY_PARAMS.get(name, ()):
-        return value
-    if isinstance(value, list):
+    kind = FAMILIES[name].param_kind(key)
+    if kind == "families":
         return [parse_family(v) for v in value]
-    return parse_family(value)
+    if kind == "family":
+        return parse_family(value)
+    return value
 
 
 def _point_error(where: str, name: str, fixed: dict, grid: dict, kwargs: dict,

@@ -472,6 +472,8 @@ class _BlockWriter:
     def _coordinates(self) -> None:
         kind = self.block.name or "family"
         for key, values in self.block.grid.items():
+            if any(isinstance(v, list) for v in values):      # list-valued: its JSON text
+                values = [json.dumps(v) for v in values]
             self._coord(key, values, f"swept parameter {key} of {kind}", _UNITS_1)
         self._coord("budget", self.cfg.budgets, "draft budget P (tree nodes, root excluded)", _UNITS_1)
         if self.raw:

@@ -5,24 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brwsim import (Dirichlet, Empirical, EntropyTarget, Fixed, Geometric, Mixture, Peaked,
-                    SoftmaxNormal, Tempered, Uniform, Zipf)
+from brwsim import Dirichlet, EntropyTarget, parse_family
+from brwsim.families.base import REGISTRY
 
-#: One instance of every family (small, fast), lazy and exact variants included.
+#: One instance of every registered i.i.d. family (its declared ``example``), plus variants
+#: that exercise other code paths (lazy large vocabularies, a geometric entropy target).
 FAMILY_TABLE = {
-    "uniform": Uniform(3),
-    "fixed": Fixed([0.5, 0.3, 0.15]),
-    "geometric": Geometric(0.6),
-    "zipf": Zipf(1.2, 1000, spread=0.3),
-    "dirichlet_exact": Dirichlet(0.3, 50),
+    **{name: parse_family(cls.example) for name, cls in sorted(REGISTRY.items())
+       if cls.iid and cls.example and cls.__module__.startswith("brwsim.")},
     "dirichlet_lazy": Dirichlet(0.3, 2000),
-    "softmaxnormal_lazy": SoftmaxNormal(1.5, 3000),
-    "peaked": Peaked(2.0, 1.0, 1.1, 100),
-    "mixture": Mixture([Uniform(3), Geometric(0.5)], [0.5, 0.5]),
-    "entropytarget_zipf": EntropyTarget([0.5, 1.5], "zipf", 100),
     "entropytarget_geometric": EntropyTarget([0.3, 1.0, 2.0]),
-    "tempered": Tempered(Dirichlet(0.3, 20), 0.7),
-    "empirical": Empirical([[0.5, 0.3], [0.9, 0.05, 0.01]]),
 }
 
 

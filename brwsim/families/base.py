@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.kernels.dist import NF, NI
 
-__all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments"]
+__all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
+           "REGISTRY", "PARAM_KINDS"]
+
+#: Parameter kinds a family declares (``Family.param_kinds``), and how a sweep reads them:
+#: ``scalar`` (a number or string; a list makes a grid), ``list`` (a list of numbers or
+#: strings is one value; a list of lists makes a grid), ``matrix`` (a list of lists is one
+#: value; one more level makes a grid), ``family`` (a family string; a list makes a grid),
+#: ``families`` (a list of family strings is one value; a list of lists makes a grid).
+PARAM_KINDS = ("scalar", "list", "matrix", "family", "families")
+#: Every family class by its string name, filled by :meth:`Family.__init_subclass__`.
+REGISTRY: dict[str, type["Family"]] = {}
 
 
 @dataclass(frozen=True)
@@ -135,14 +145,48 @@ def check_int(name: str, value: Any, minimum: int) -> int:
 
 
 class Family:
-    """Base class of next-token distribution families (i.i.d. over nodes).
+    """Base class of next-token distribution families.
 
-    Subclasses set ``name`` (the lower-case CLI name), store their parameters and
-    implement :meth:`components`, :meth:`sample_full` and, where a closed form exists,
-    :meth:`moments`.
+    A family is one class. It declares, as class attributes,
+
+    * ``name``: its lower-case string name (``dirichlet``); defining the class registers
+      it in :data:`REGISTRY`, which is what :func:`brwsim.parse_family`, sweep configs, the
+      CLI and the tests' family table read, so nothing else needs editing;
+    * ``param_kinds``: each constructor parameter's kind (:data:`PARAM_KINDS`; parameters
+      not listed are ``scalar``);
+    * ``example``: the string form of a small instance for the tests' family table;
+    * ``iid``: False for context-dependent environments (their spine law is a marginal).
+
+    and implements :meth:`params`, :meth:`components`, :meth:`sample_full`,
+    :meth:`spine_law` (exact where a closed form, atoms or quadrature exist; the default
+    samples it in numba) and :meth:`moments`.
     """
 
-    name: str = "family"
+    name: ClassVar[str] = "family"
+    param_kinds: ClassVar[dict[str, str]] = {}
+    example: ClassVar[str | None] = None
+    iid: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if not name or cls.__name__.startswith("_"):
+            return                                   # abstract helpers (_OrderStatFamily)
+        import inspect
+
+        params = list(inspect.signature(cls.__init__).parameters)[1:]
+        for key, kind in cls.param_kinds.items():
+            if kind not in PARAM_KINDS or key not in params:
+                raise TypeError(f"{cls.__name__}.param_kinds[{key!r}] = {kind!r}: not a kind "
+                                f"of {PARAM_KINDS} or not a parameter of {params}")
+        if name in REGISTRY and REGISTRY[name].__qualname__ != cls.__qualname__:
+            raise TypeError(f"family name {name!r} is taken by {REGISTRY[name].__qualname__}")
+        REGISTRY[name] = cls
+
+    @classmethod
+    def param_kind(cls, key: str) -> str:
+        """The declared kind of parameter ``key`` (``scalar`` when not declared)."""
+        return cls.param_kinds.get(key, "scalar")
 
     def params(self) -> dict[str, Any]:
         """Parameters as a JSON-serialisable dict (the CLI string form's arguments)."""

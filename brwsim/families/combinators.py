@@ -26,6 +26,8 @@ class Mixture(Family):
     """
 
     name = "mixture"
+    param_kinds = {"families": "families", "weights": "list"}
+    example = "mixture(families=[uniform(k=3), geometric(r=0.5)], weights=[0.5, 0.5])"
 
     def __init__(self, families: Any, weights: Any = None) -> None:
         if not isinstance(families, (list, tuple)) or not families:
@@ -90,6 +92,8 @@ class Tempered(Family):
     """
 
     name = "tempered"
+    param_kinds = {"family": "family"}
+    example = "tempered(family=dirichlet(alpha=0.3, vocab=20), T=0.7)"
 
     def __init__(self, family: Any, T: float) -> None:
         self.family = _as_family(family, "family")

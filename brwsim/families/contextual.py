@@ -63,6 +63,10 @@ class MarkovRegime(Family):
     """
 
     name = "markovregime"
+    param_kinds = {"families": "families", "transition": "matrix", "weights": "list"}
+    example = ("markovregime(families=[geometric(r=0.1), dirichlet(alpha=0.3, vocab=50)], "
+               "weights=[0.6, 0.4], persistence=0.9)")
+    iid = False
 
     def __init__(self, families: Any, transition: Any = None, weights: Any = None,
                  persistence: float | None = None) -> None:
@@ -135,6 +139,9 @@ class DepthDrift(Family):
     """
 
     name = "depthdrift"
+    param_kinds = {"families": "families"}
+    example = "depthdrift(families=[geometric(r=0.3), dirichlet(alpha=0.3, vocab=50)])"
+    iid = False
 
     def __init__(self, families: Any) -> None:
         self.families = _families(families, "depthdrift")
@@ -176,6 +183,9 @@ class CorrelatedEntropy(EntropyTarget):
     """
 
     name = "correlatedentropy"
+    param_kinds = {"entropies": "list"}
+    example = "correlatedentropy(entropies=[0.5, 1.0, 2.0], rho=0.9)"
+    iid = False
 
     def __init__(self, entropies: Any, rho: float, shape: str = "geometric",
                  vocab: int | None = None) -> None:

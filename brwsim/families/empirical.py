@@ -74,6 +74,8 @@ class Empirical(Family):
     """
 
     name = "empirical"
+    param_kinds = {"bank": "matrix"}
+    example = "empirical(bank=[[0.5, 0.3], [0.9, 0.05, 0.01]])"
 
     def __init__(self, bank: Any = None, path: str | None = None) -> None:
         source = path if path is not None else bank
@@ -165,6 +167,8 @@ class EntropyTarget(Family):
     """
 
     name = "entropytarget"
+    param_kinds = {"entropies": "list"}
+    example = "entropytarget(entropies=[0.5, 1.5], shape=zipf, vocab=100)"
 
     def __init__(self, entropies: Any, shape: str = "geometric", vocab: int | None = None) -> None:
         if shape not in ("geometric", "zipf"):

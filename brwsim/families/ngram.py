@@ -209,6 +209,8 @@ class NGram(Family):
     """
 
     name = "ngram"
+    example = "ngram(corpus=prose, order=3)"
+    iid = False
 
     def __init__(self, corpus: Any, order: int = 5, discount: float = 0.75) -> None:
         self.order = check_int("order", order, 1)

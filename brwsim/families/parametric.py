@@ -53,6 +53,7 @@ class Uniform(Family):
     """
 
     name = "uniform"
+    example = "uniform(k=3)"
 
     def __init__(self, k: int) -> None:
         self.k = check_int("k", k, 2)
@@ -89,6 +90,8 @@ class Fixed(Family):
     """
 
     name = "fixed"
+    param_kinds = {"probs": "list"}
+    example = "fixed(probs=[0.5, 0.3, 0.15])"
 
     def __init__(self, probs: Any) -> None:
         q = np.asarray(probs, dtype=np.float64).ravel() if not isinstance(probs, str) else None
@@ -135,6 +138,7 @@ class Geometric(Family):
     """q_i = (1 - r) r**i, i = 0, 1, ...: an infinite vocabulary."""
 
     name = "geometric"
+    example = "geometric(r=0.6)"
 
     def __init__(self, r: float) -> None:
         self.r = check_positive("r", r)
@@ -208,6 +212,7 @@ class Zipf(Family):
     """
 
     name = "zipf"
+    example = "zipf(s=1.2, vocab=1000, spread=0.3)"
 
     def __init__(self, s: float, vocab: int, spread: float = 0.0) -> None:
         self.s = check_positive("s", s, allow_zero=True)
@@ -298,6 +303,7 @@ class Dirichlet(_OrderStatFamily):
     """
 
     name = "dirichlet"
+    example = "dirichlet(alpha=0.3, vocab=50)"
     _law = "gamma"
 
     def __init__(self, alpha: float, vocab: int) -> None:
@@ -344,6 +350,7 @@ class SoftmaxNormal(_OrderStatFamily):
     """Softmax of i.i.d. N(0, sigma**2) logits over ``vocab`` tokens (Monte Carlo moments)."""
 
     name = "softmaxnormal"
+    example = "softmaxnormal(sigma=1.5, vocab=3000)"
     _law = "lognormal"
 
     def __init__(self, sigma: float, vocab: int) -> None:
@@ -369,6 +376,7 @@ class Peaked(Family):
     """
 
     name = "peaked"
+    example = "peaked(a=2.0, b=1.0, s=1.1, vocab=100)"
 
     def __init__(self, a: float, b: float, s: float, vocab: int) -> None:
         self.a = check_positive("a", a)

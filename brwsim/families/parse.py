@@ -21,20 +21,13 @@ from typing import Any
 from scipy import stats
 
 from brwsim.errors import UserError
-from brwsim.families.base import Family
-from brwsim.families.combinators import Mixture, Tempered
-from brwsim.families.contextual import CorrelatedEntropy, DepthDrift, MarkovRegime
-from brwsim.families.empirical import Empirical, EntropyTarget
-from brwsim.families.ngram import NGram
-from brwsim.families.parametric import Dirichlet, Fixed, Geometric, Peaked, SoftmaxNormal, Uniform, Zipf
+from brwsim.families.base import REGISTRY, Family
 
 __all__ = ["FAMILIES", "DEFAULT_FAMILY", "parse_family"]
 
-FAMILIES: dict[str, type[Family]] = {
-    cls.name: cls for cls in (Uniform, Fixed, Geometric, Zipf, Dirichlet, SoftmaxNormal, Peaked,
-                              Mixture, EntropyTarget, Tempered, Empirical, MarkovRegime, DepthDrift,
-                              CorrelatedEntropy, NGram)
-}
+#: Every registered family by name: the live :data:`brwsim.families.base.REGISTRY` (a family
+#: class defined anywhere, e.g. in a test module, is reachable as soon as it is defined).
+FAMILIES: dict[str, type[Family]] = REGISTRY
 
 #: The default of ``brwsim run``: an LLM-like mixture of near-certain and diffuse positions.
 DEFAULT_FAMILY = ("mixture(families=[peaked(a=4, b=0.5, s=1.1, vocab=32000), "

@@ -130,7 +130,7 @@ def test_budgets_string_and_chunk_default():
     ({'"dirichlet"': '"dirichlett"'}, r"^sweep\.family\[0\]\.name: unknown family 'dirichlett'"),
     ({"[0.01, 0.05, 0.2]": "[0.01, 0.05, 0.01]"}, r"^sweep\.family\[0\]\.alpha\[2\]: duplicate grid value"),
     ({"[0.01, 0.05, 0.2]": "[]"}, r"^sweep\.family\[0\]\.alpha: empty list"),
-    ({"[0.01, 0.05, 0.2]": "[[0.01], [0.05]]"}, r"^sweep\.family\[0\]\.alpha\[0\]: a grid value must be"),
+    ({"[0.01, 0.05, 0.2]": "[[0.01], [0.05]]"}, r"^sweep\.family\[0\]\.alpha\[0\]: a grid value of dirichlet\.alpha must be"),
     ({"[0.01, 0.05, 0.2]": "true"}, r"^sweep\.family\[0\]\.alpha: must be a number or a string, got a boolean"),
     ({"[0.01, 0.05, 0.2]": '"abc"'}, r"^sweep\.family\[0\]\.alpha: must be a number, got 'abc'"),
     ({"[0.01, 0.05, 0.2]": "{x = 1}"}, r"^sweep\.family\[0\]\.alpha: must be a number or a string, got dict"),
