@@ -48,6 +48,7 @@ class _Pending:
     sampled_col: list[int] = field(default_factory=list)
     line: list[int] = field(default_factory=list)
     sequence: list[int] = field(default_factory=list)
+    appended: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.line)
@@ -89,13 +90,20 @@ class Collector:
             self.bad_positions += 1
         self.first_issue = self.first_issue or text
 
-    def add(self, logprobs: list[float], sampled_col: int, line: int, sequence: int) -> None:
-        """Queue one position read from a JSON line (``sampled_col`` -1 when unknown)."""
+    def add(self, logprobs: list[float], sampled_col: int, line: int, sequence: int, *,
+            appended: bool = True) -> None:
+        """Queue one position read from a JSON line.
+
+        ``sampled_col`` is the sampled token's index in ``logprobs`` (-1 when unknown);
+        ``appended`` says that the server may have added the sampled token to the list
+        (see :mod:`brwsim.bank.rows`), False for exact top-k lists.
+        """
         pend = self.pending
         pend.logprobs.append(logprobs)
         pend.sampled_col.append(sampled_col)
         pend.line.append(line)
         pend.sequence.append(sequence)
+        pend.appended.append(appended)
         if len(pend) >= BLOCK_POSITIONS:
             self.flush()
 
@@ -109,12 +117,13 @@ class Collector:
         for i, row in enumerate(pend.logprobs):
             lp[i, :len(row)] = row
         self.add_block(lp, sampled_col=np.asarray(pend.sampled_col, dtype=np.int64),
-                       sampled_rank=None, drop_appended=True,
+                       sampled_rank=None,
+                       drop_appended=np.asarray(pend.appended, dtype=bool),
                        where=lambda i, path=self.path, lines=pend.line: f"{path}:{lines[i]}",
                        sequence=np.asarray(pend.sequence, dtype=np.int64))
 
     def add_block(self, lp: np.ndarray, *, sampled_col: np.ndarray | None,
-                  sampled_rank: np.ndarray | None, drop_appended: bool,
+                  sampled_rank: np.ndarray | None, drop_appended: bool | np.ndarray,
                   where: Callable[[int], str], sequence: np.ndarray) -> None:
         """Validate a block of positions (rows of log-probabilities) and keep its valid rows."""
         ps, tail, rank, issues = rows_from_logprobs(
@@ -151,6 +160,8 @@ class Sequences:
         self.collector = collector
         self.open: dict[Hashable, int] = {}
         self.closed: set[Hashable] = set()
+        #: Positions queued so far under each open key (kept by readers that need it).
+        self.positions: dict[Hashable, int] = {}
 
     def get(self, key: Hashable | None) -> int:
         """The sequence number of ``key`` (a fresh one for None or a new key)."""
@@ -172,4 +183,5 @@ class Sequences:
         """End the generation of ``key``: its next record starts a new sequence."""
         if key is not None and key in self.open:
             del self.open[key]
+            self.positions.pop(key, None)
             self.closed.add(key)

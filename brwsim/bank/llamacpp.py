@@ -7,9 +7,11 @@ lists the K most likely tokens of the distribution (before or, with
 ``post_sampling_probs``, after its sampler chain), so a one-entry list is a true top-1.
 
 Streams (``stream: true``) send one chunk per token, ``{"index", "content", "stop": false,
-"completion_probabilities": [item]}``, then a final ``"stop": true`` chunk without
-probabilities that ends the generation; chunks of one task ``index`` form one sequence.
-A non-streamed response is a single ``"stop": true`` object holding every item.
+"completion_probabilities": [item]}``, then a final ``"stop": true`` chunk that ends the
+generation; chunks of one task ``index`` form one sequence. Current servers send the final
+chunk without probabilities; older ones repeat every position of the generation in it, of
+which the streamed positions are a prefix, so only the positions not streamed yet are
+added. A non-streamed response is a single ``"stop": true`` object holding every item.
 """
 
 from __future__ import annotations
@@ -47,12 +49,18 @@ def read_response(col: Collector, response: dict[str, Any], loc: str, line: int,
         col.bad(loc, "completion_probabilities: expected a list", line_level=True)
         return
     col.formats.add("llama.cpp-completion")
-    seq = seqs.get(key if (not final or seqs.is_open(key)) else None)
+    streamed = seqs.is_open(key)
+    seq = seqs.get(key if (streamed or not final) else None)
+    if final and streamed:
+        # Older servers repeat every position of the generation in the final chunk; the
+        # streamed ones are its prefix, so only the rest is new.
+        items = items[seqs.positions.get(key, 0):]
     for j, item in enumerate(items):
         values, sampled_col, err = item_entries(item, f"completion_probabilities[{j}]")
         if values is None:
             col.bad(loc, err, line_level=False)
         else:
-            col.add(values, sampled_col, line, seq)
+            col.add(values, sampled_col, line, seq, appended=False)
+            seqs.positions[key] = seqs.positions.get(key, 0) + 1
     if final:
         seqs.close(key)

@@ -13,10 +13,11 @@ Conventions
   ones are errors.
 * ``tail_mass`` = 1 - sum of the stored probabilities, with rounding negatives clipped to 0;
   a sum above 1 + 1e-6 is an error.
-* When ``drop_appended`` is set (JSON inputs) and the sampled token is the least likely of
-  two or more listed entries, it is moved to the tail and its rank stored as unknown (-1):
-  some servers (vLLM) add the sampled token to the top list even when it is outside the
-  top-k, so the remaining entries are then a true top of the distribution.
+* When ``drop_appended`` is set for a position (OpenAI-compatible JSON) and the sampled
+  token is the least likely of two or more listed entries, it is moved to the tail and its
+  rank stored as unknown (-1): some servers (vLLM) add the sampled token to the top list
+  even when it is outside the top-k, so the remaining entries are then a true top of the
+  distribution. llama.cpp's native lists and ``.npz`` arrays are exact top-k rows.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _sampled_rank_from_column(order: np.ndarray, col: np.ndarray,
 
 
 def rows_from_logprobs(lp: np.ndarray, *, sampled_col: np.ndarray | None,
-                        sampled_rank: np.ndarray | None, drop_appended: bool,
+                        sampled_rank: np.ndarray | None,
+                       drop_appended: bool | np.ndarray,
                         top_k: int | None, vocab: int | None,
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
     """Sort, validate and truncate a block of log-probabilities.
@@ -79,8 +81,9 @@ def rows_from_logprobs(lp: np.ndarray, *, sampled_col: np.ndarray | None,
     count = (ps > 0).sum(axis=1)
     if sampled_col is not None:
         rank = _sampled_rank_from_column(order, sampled_col, count)
-        if drop_appended:
-            drop = np.flatnonzero((rank >= 1) & (rank == count - 1))
+        appended = np.broadcast_to(np.asarray(drop_appended, dtype=bool), (n,))
+        if appended.any():
+            drop = np.flatnonzero((rank >= 1) & (rank == count - 1) & appended)
             ps[drop, count[drop] - 1] = 0.0
             count[drop] -= 1
             rank[drop] = -1
