@@ -252,7 +252,7 @@ class NGram(Family):
         The newest character is the most significant digit; a shorter text fills the top
         digits and uses only the orders it can (``top``).
         """
-        tail = text[len(text) - self.order + 1:] if self.order > 1 else ""
+        tail = text[max(0, len(text) - self.order + 1):] if self.order > 1 else ""
         code = 0
         for k, ch in enumerate(reversed(tail)):
             i = self.alphabet.find(ch)
