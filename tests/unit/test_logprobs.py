@@ -713,3 +713,24 @@ def test_capture_reports_an_unloadable_model(tmp_path, capsys):
     assert module.main([str(empty), str(prompts), "--out", str(tmp_path / "bank.nc")]) == 2
     assert "empty: cannot load a local causal LM" in capsys.readouterr().err
     assert not (tmp_path / "bank.nc").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# the public API
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_import", ["brwsim", "brwsim.bank", "brwsim.bank.stats",
+                                          "brwsim.cli_bank", "brwsim.families.empirical"])
+def test_bank_api_is_reachable_in_a_fresh_interpreter(first_import):
+    """`import brwsim; brwsim.bank.import_logprobs` (the README's API table) works, whatever
+    module a program imports first (no import cycle between the bank and the families)."""
+    import subprocess
+    import sys
+
+    code = (f"import {first_import}\nimport brwsim\n"
+            "assert callable(brwsim.bank.import_logprobs) and callable(brwsim.bank.load_bank)\n"
+            "assert brwsim.bank_stats is brwsim.bank.stats.bank_stats\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=300)
+    assert done.returncode == 0, done.stderr
