@@ -62,8 +62,10 @@ def item_entries(item: Any, where: str) -> tuple[list[float] | None, int, str]:
     values : list of float or None
         One log-probability per listed token (None when the item is bad).
     sampled_col : int
-        Index in ``values`` of the sampled token (the listed entry with the same token and
-        the closest value), -1 when it is not listed or unknown.
+        Index in ``values`` of the sampled token (the listed entry with the same token id
+        when the item and its entries carry ``id`` fields, as llama.cpp writes them, else
+        the entry with the same token text and the closest value), -1 when it is not
+        listed or unknown.
     error : str
         Why the item is bad ("" when it is not).
     """
@@ -91,6 +93,11 @@ def item_entries(item: Any, where: str) -> tuple[list[float] | None, int, str]:
     token = item.get(sampled_key)
     sampled = item.get(sampled_value_key) if sampled_value_key else None
     sampled_lp = _as_logprob(sampled, value_key)[0] if is_number(sampled) else None
+    token_id = item.get("id")
+    if isinstance(token_id, int) and all(isinstance(e.get("id"), int) for e in top):
+        # llama.cpp lists token ids: they identify the sampled token even when two tokens
+        # decode to the same text.
+        return values, next((j for j, e in enumerate(top) if e["id"] == token_id), -1), ""
     col, best = -1, math.inf
     if token is not None:
         for j, entry in enumerate(top):

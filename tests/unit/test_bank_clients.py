@@ -239,13 +239,17 @@ def test_sglang_legacy_completions_stream(tmp_path):
 # ---------------------------------------------------------------------------------------
 
 
-def llama_item(token: str, top: list[tuple[str, float]], *, post_sampling: bool = False) -> dict:
-    """One completion_probabilities item (probabilities when post_sampling_probs)."""
+def llama_item(token: str, top: list[tuple[str, float]], *, post_sampling: bool = False,
+               token_id: int | None = None) -> dict:
+    """One completion_probabilities item (probabilities when post_sampling_probs); the
+    listed tokens get ids 100, 101, ...; the sampled one the id of its first listing."""
     vkey, lkey = ("prob", "top_probs") if post_sampling else ("logprob", "top_logprobs")
     conv = math.exp if post_sampling else (lambda v: v)
     sampled = dict(top)[token]
-    return {"id": 1, "token": token, "bytes": list(token.encode()), vkey: conv(sampled),
-            lkey: [{"id": j, "token": t, "bytes": list(t.encode()), vkey: conv(v)}
+    if token_id is None:
+        token_id = 100 + [t for t, _ in top].index(token)
+    return {"id": token_id, "token": token, "bytes": list(token.encode()), vkey: conv(sampled),
+            lkey: [{"id": 100 + j, "token": t, "bytes": list(t.encode()), vkey: conv(v)}
                    for j, (t, v) in enumerate(top)]}
 
 
@@ -340,3 +344,12 @@ def test_every_fixture_kind_in_one_file_keeps_sequences_apart(tmp_path):
     ds = import_logprobs(write_lines(tmp_path / "mix.jsonl", sse(records)))
     assert ds["sequence"].values.tolist() == [0, 1, 0]
     assert np.all(ds["sampled_rank"].values == 0)
+
+
+def test_llama_cpp_token_ids_place_the_sampled_token_among_equal_texts(tmp_path):
+    """Two listed tokens decode to the same text with the same log-probability (byte
+    fallback fragments): only the id tells which one was sampled."""
+    item = llama_item("\ufffd", [("\ufffd", -1.0), ("\ufffd", -1.0), ("a", -2.0)],
+                      token_id=101)
+    ds = import_logprobs(write_lines(tmp_path / "ids.jsonl", [json.dumps(llama_final(0, [item]))]))
+    assert ds["sampled_rank"].values.tolist() == [1]
