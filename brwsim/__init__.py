@@ -8,7 +8,8 @@ from brwsim.families import (
     MarkovRegime, Mixture, NGram, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
 )
 from brwsim.simulate import policy_gap, simulate, summarize
-from brwsim import policies
+from brwsim import bank, policies
+from brwsim.bank.stats import bank_stats
 from brwsim.generate import generate, path_moments
 from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
 from brwsim.sweep import sweep
@@ -16,5 +17,5 @@ from brwsim.sweep import sweep
 __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
-           "CorrelatedEntropy", "NGram", "policies", "Optimal", "Chain", "KAry", "Expansion",
-           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep"]
+           "CorrelatedEntropy", "NGram", "bank", "policies", "Optimal", "Chain", "KAry", "Expansion",
+           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep", "bank_stats"]

@@ -1,4 +1,4 @@
-"""Command line: ``brwsim run | theory | ceiling | import-logprobs`` (and the sweep commands).
+"""Command line: ``brwsim run | theory | ceiling`` (and the sweep and bank commands).
 
 Every user error (bad family string, budget, file) prints one line
 ``brwsim: error: ...`` and exits with status 2; no output file is written then.
@@ -13,6 +13,8 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from brwsim import cli_bank
+from brwsim.cli_format import format_table, parse_budgets
 from brwsim.errors import UserError
 
 __all__ = ["main", "build_parser", "parse_budgets", "format_table"]
@@ -25,47 +27,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
         raise UserError(f"{self.prog}: {message}")
-
-
-def parse_budgets(text: str) -> list[int]:
-    """Budgets from ``"1,4,16"`` or ranges ``"1..4096"`` (powers of two) / ``"1-64"`` (all).
-
-    Raises
-    ------
-    brwsim.errors.UserError
-        On anything that is not a positive integer.
-    """
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if ".." in part:
-                lo, hi = (int(x) for x in part.split(".."))
-                if lo < 1:
-                    raise UserError(f"budgets must be >= 1, got {part!r}")
-                p = lo
-                while p <= hi:
-                    out.append(p)
-                    p *= 2
-            elif "-" in part[1:]:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                out.extend(range(lo, hi + 1))
-            else:
-                out.append(int(part))
-        except ValueError:
-            raise UserError(f"budgets: {part!r} is not an integer (use e.g. 1,4,16 or 1..4096)") from None
-    if not out:
-        raise UserError("budgets must not be empty")
-    if min(out) < 1:
-        raise UserError(f"budgets must be positive integers (P >= 1), got {min(out)}")
-    return out
-
-
-def format_table(rows: list[list[str]], header: list[str]) -> str:
-    """Right-aligned text table: a header line, a rule, then one line per row."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -245,13 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="distribution shape (default: all three; see brwsim.ceiling)")
     ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
     ceil.set_defaults(func=_cmd_ceiling)
-    try:
-        from brwsim import logprobs
-    except ImportError:  # pragma: no cover - optional module missing
-        logprobs = None
-    if logprobs is not None:
-        logprobs.register(sub)
-    importlib.import_module("brwsim.bankstats").register(sub)
+    cli_bank.register(sub)
     for module in ("brwsim.sweep", "brwsim.inspect_cmd"):
         importlib.import_module(module).register(sub)
     return parser

@@ -2,7 +2,7 @@
 
 * :func:`generate` produces ``tokens`` tokens call by call: each call builds the optimal
   tree of ``budget`` nodes at its root, accepts X draft tokens and emits one more, and the
-  next call's root is where the target's sampled path arrived (DESIGN.md, idea 6). For
+  next call's root is where the target's sampled path arrived (docs/design.md, idea 6). For
   i.i.d. families this is the same as independent trees; for context-dependent ones the
   roots carry the regime or latent state that the text has reached.
 * :func:`path_moments` walks a long sampled path and measures, at every position, the

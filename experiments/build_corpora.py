@@ -1,4 +1,4 @@
-"""Build the two shipped NGram corpora in data/corpora from the local Python installation.
+"""Build the two shipped NGram corpora (package data in brwsim/data/corpora) from the local Python.
 
 * ``prose.txt``: English prose, the Python documentation's topic pages
   (``pydoc_data.topics.topics``, the text ``help()`` shows), whole topics in sorted key
@@ -7,10 +7,10 @@
   concatenated in list order, each preceded by a ``# file: <path>`` comment line.
 
 Both are distributed under the Python Software Foundation License Version 2, copied to
-``data/corpora/LICENSE-PSF.txt``. The output depends on the Python version (recorded in
-``data/corpora/README.md``); the committed files were built with the version named there.
+``brwsim/data/corpora/LICENSE-PSF.txt``. The output depends on the Python version (recorded in
+``brwsim/data/corpora/README.md``); the committed files were built with the version named there.
 
-Usage: ``python experiments/build_corpora.py [--out data/corpora]``
+Usage: ``python experiments/build_corpora.py [--out brwsim/data/corpora]``
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def build_code(stdlib: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "corpora"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "brwsim" / "data"
+                                         / "corpora"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

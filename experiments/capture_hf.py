@@ -7,7 +7,7 @@ largest log-probabilities of the distribution the token was sampled from (the pr
 ``scores`` of ``generate``: temperature and any processor of the model's generation config
 applied, renormalised by ``log_softmax``) and the rank of the sampled token in that
 distribution. They are saved to an ``.npz`` file (``logprobs``, ``sampled_rank``,
-``sequence``) that :func:`brwsim.logprobs.import_logprobs` turns into the bank ``--out``,
+``sequence``) that :func:`brwsim.bank.import_logprobs` turns into the bank ``--out``,
 with the vocabulary size taken from the model so that the entropy bounds are finite.
 
 Usage::
@@ -34,7 +34,8 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.io import atomic_path, write_netcdf_atomic
-from brwsim.logprobs import describe_bank, import_logprobs
+from brwsim.bank import import_logprobs
+from brwsim.cli_bank import describe_bank
 
 __all__ = ["main", "capture", "build_parser"]
 

@@ -48,7 +48,7 @@ class Moments:
         Their standard errors (0 when exact).
     h2, h2_se : float
         E[H(q)**2] and its standard error: the other reading of the paper's "second
-        moment" (DESIGN.md, section 1).
+        moment" (docs/design.md, section 1).
     exact : bool
         True when computed in closed form or by quadrature (error below 1e-9).
     """

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from brwsim.bank.store import bank_entropies, load_bank
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.families.parametric import _log_or_minf, tempered_listed
@@ -83,8 +84,6 @@ class Empirical(Family):
             raise UserError("empirical needs a bank: an array of rows or path=<bank.nc>")
         self.path = None
         if isinstance(source, (str, Path, xr.Dataset)):
-            from brwsim.logprobs import load_bank
-
             self.path = None if isinstance(source, xr.Dataset) else str(source)
             probs, _tail = load_bank(source)
             source = probs
@@ -156,7 +155,7 @@ class EntropyTarget(Family):
         or ``os.PathLike``, or the ``xarray.Dataset``): one value per position, its
         ``entropy_lower`` where ``entropy_upper`` is infinite (bank without a vocabulary
         size) and ``(entropy_lower + entropy_upper) / 2`` otherwise
-        (:func:`brwsim.logprobs.bank_entropies`), clipped to the shape's range
+        (:func:`brwsim.bank.bank_entropies`), clipped to the shape's range
         ``[0, log(vocab)]`` (Zipf) or ``[0, inf)`` (geometric).
     shape : {"geometric", "zipf"}
         q_i = (1 - r) r**i (infinite vocabulary), or q_i proportional to i**-s over
@@ -184,8 +183,6 @@ class EntropyTarget(Family):
             hmax = math.inf
         self._source = entropies if hasattr(entropies, "ppf") else None
         if isinstance(entropies, (str, os.PathLike, xr.Dataset)):
-            from brwsim.logprobs import bank_entropies
-
             if not isinstance(entropies, xr.Dataset):
                 self._source = entropies = str(entropies)
                 if not Path(entropies).is_file():

@@ -13,6 +13,7 @@ distribution at a uniformly chosen corpus position.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import os
 import re
 from pathlib import Path
@@ -27,9 +28,10 @@ from brwsim.kernels.ngram import HDR, HDR_ORDER, kn_moments, kn_table, ngram_ini
 
 __all__ = ["CORPORA", "CORPUS_DIR", "NGram"]
 
-#: Directory of the shipped corpora (``data/corpora`` of the source tree).
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "data" / "corpora"
-#: Shipped corpora by name (see ``data/corpora/README.md``).
+#: Directory of the shipped corpora: package data ``brwsim/data/corpora``, found through
+#: importlib.resources so that an installed wheel has them too.
+CORPUS_DIR = Path(str(importlib.resources.files("brwsim") / "data" / "corpora"))
+#: Shipped corpora by name (see ``brwsim/data/corpora/README.md``).
 CORPORA = {"prose": "prose.txt", "code": "code.txt"}
 
 #: Largest supported alphabet (the model keeps a dense V x V table of its two lowest orders).
@@ -181,11 +183,12 @@ class NGram(Family):
     ----------
     corpus : str or path-like
         ``"prose"`` (the Python documentation's topic pages, English) or ``"code"`` (Python
-        standard library source), shipped in ``data/corpora`` (see its README); or a path
-        to a UTF-8 text file; or the training text itself. Rule for a ``str``: a shipped
-        name first; then, if it has no newline and names an existing file, that file; a
-        one-line string that looks like a path (has a '/' or '\\', or is one word with a
-        file extension) but names no file is an error; anything else is the text.
+        standard library source), shipped as package data in ``brwsim/data/corpora`` (see
+        its README); or a path to a UTF-8 text file; or the training text itself. Rule for a
+        ``str``: a shipped name first; then, if it has no newline and names an existing
+        file, that file; a one-line string that looks like a path (has a '/' or '\\', or is
+        one word with a file extension) but names no file is an error; anything else is
+        the text.
     order : int, default 5
         n: a node's context is its last n - 1 characters (order 1: a unigram model, no
         context). Limited by V**(order - 1) <= 2**53.
@@ -254,7 +257,7 @@ class NGram(Family):
         The newest character is the most significant digit; a shorter text fills the top
         digits and uses only the orders it can (``top``).
         """
-        tail = text[len(text) - self.order + 1:] if self.order > 1 else ""
+        tail = text[max(0, len(text) - self.order + 1):] if self.order > 1 else ""
         code = 0
         for k, ch in enumerate(reversed(tail)):
             i = self.alphabet.find(ch)

@@ -2,7 +2,7 @@
 
 A node's key is derived from its parent's key and its rank, ``child_key(k, r)``; the
 numbers a node needs come from ``stream(purpose_key(k, PURPOSE), j)`` for j = 0, 1, ...
-The environment is therefore a function, not a stream (DESIGN.md, idea 1): any
+The environment is therefore a function, not a stream (docs/design.md, idea 1): any
 algorithm, order or worker count sees the same tree.
 """
 

@@ -1,4 +1,4 @@
-"""Optimal draft trees: a threshold pass plus nested selection (DESIGN.md, ideas 2-4).
+"""Optimal draft trees: a threshold pass plus nested selection (docs/design.md, ideas 2-4).
 
 For one root, :func:`_collect` visits, in depth-first pre-order with children in rank
 order, every node whose position S(v) = -log p(v) is at most a threshold t, stopping at a

@@ -2,7 +2,7 @@
 
 A call of a generation run builds a tree at its root, accepts X draft tokens and emits
 one more; the next call's root is the node that path reaches after X + 1 tokens
-(DESIGN.md, idea 6). The path is the same one the tree kernels sample: at a node with
+(docs/design.md, idea 6). The path is the same one the tree kernels sample: at a node with
 uniform U (purpose PATH) the child of rank r is taken iff cum_{r-1} < U <= cum_r; if U
 exceeds the listed mass, the token is outside every tree and gets the next free rank.
 """

@@ -1,7 +1,7 @@
 """Banks of real log-probabilities in use: Empirical and EntropyTarget on them, bank-stats.
 
 Expected numbers are computed here from the probabilities written into the test's .npz
-files (sums, logarithms, the bound formulas of brwsim.logprobs restated, a brute-force
+files (sums, logarithms, the bound formulas of brwsim.bank.bounds restated, a brute-force
 optimal tree), never taken from the implementation.
 """
 
@@ -17,11 +17,11 @@ import pytest
 import xarray as xr
 
 from brwsim import Empirical, EntropyTarget
-from brwsim.bankstats import bank_stats
+from brwsim.bank import bank_entropies, import_logprobs
+from brwsim.bank.stats import bank_stats
 from brwsim.cli import main
 from brwsim.errors import UserError
 from brwsim.families import parse_family
-from brwsim.logprobs import bank_entropies, import_logprobs
 from brwsim.simulate import simulate
 
 # Top-k probabilities of five positions (unsorted on purpose), each with tail mass.
@@ -333,7 +333,7 @@ def _text_file(tmp_path: Path) -> Path:
     (lambda tmp, bank: _text_file(tmp), [], "not a readable netCDF file"),
     (lambda tmp, bank: bank, ["--vocab", "2"], "position 0: 3 entries but --vocab is 2"),
     (lambda tmp, bank: bank, ["--vocab", "4"], "tail mass .* cannot be spread"),
-    (lambda tmp, bank: bank, ["--vocab", "0"], "vocab must be a positive integer"),
+    (lambda tmp, bank: bank, ["--vocab", "0"], "vocab must be an integer >= 1"),
     (lambda tmp, bank: bank, ["--budgets", "0"], "budgets must be"),
     (lambda tmp, bank: bank, ["--plot", "/nonexistent-dir/x.png"], "cannot write the figure"),
 ])

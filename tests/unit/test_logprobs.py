@@ -1,4 +1,4 @@
-"""Tests of brwsim.logprobs: importing top-k log-probabilities into a bank.
+"""Tests of brwsim.bank: importing top-k log-probabilities into a bank.
 
 Expected numbers are computed here from the log-probabilities written in the fixture files
 (exponentials, sorting, sums), never taken from the implementation.
@@ -18,16 +18,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from brwsim import logprobs as lpmod
+from brwsim.bank import BadInputWarning, entropy_bounds, import_logprobs, load_bank
+from brwsim.bank import npz as npz_reader
+from brwsim.cli_bank import register
 from brwsim.errors import UserError
-from brwsim.logprobs import (
-    BadInputWarning,
-    entropy_bounds,
-    import_logprobs,
-    load_bank,
-    register,
-    run,
-)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logprobs"
 
@@ -292,7 +286,7 @@ def test_unknown_extension_and_missing_file(tmp_path):
 
 @pytest.mark.parametrize("kwargs", [{"top_k": 0}, {"vocab": -3}, {"top_k": 2.5}])
 def test_bad_parameters(kwargs):
-    with pytest.raises(UserError, match="must be a positive integer"):
+    with pytest.raises(UserError, match=r"(top_k|vocab) must be an integer >= 1"):
         import_logprobs(FIXTURES / "chat.jsonl", **kwargs)
 
 
@@ -433,7 +427,7 @@ def test_npz_read_in_blocks_equals_one_block(tmp_path, monkeypatch):
     path = tmp_path / "many.npz"
     np.savez_compressed(path, logprobs=lp, sampled_rank=rng.integers(0, 20, size=1000))
     whole = import_logprobs(path)
-    monkeypatch.setattr(lpmod, "_NPZ_BLOCK_ELEMENTS", 12 * 7)  # blocks of 7 rows
+    monkeypatch.setattr(npz_reader, "BLOCK_ELEMENTS", 12 * 7)  # blocks of 7 rows
     blocks = import_logprobs(path)
     for name in BANK_VARIABLES:
         np.testing.assert_array_equal(whole[name].values, blocks[name].values)
@@ -545,7 +539,7 @@ def test_cli_writes_the_bank_and_prints_a_summary(tmp_path, capsys):
     args = _parse(["import-logprobs", str(FIXTURES / "chat.jsonl"),
                    str(FIXTURES / "legacy.jsonl"), "--out", str(out), "--vocab", "50",
                    "--top-k", "2"])
-    assert args.func is run
+    assert args.command == "import-logprobs"
     assert args.func(args) == 0
     text = capsys.readouterr().out
     assert "10 positions from 2 file(s)" in text and "k = 2" in text
@@ -557,7 +551,7 @@ def test_cli_writes_the_bank_and_prints_a_summary(tmp_path, capsys):
 def test_cli_reports_skipped_input_and_infinite_bounds(tmp_path, capsys):
     args = _parse(["import-logprobs", str(FIXTURES / "nan.jsonl"), "--out",
                    str(tmp_path / "b.nc"), "--skip-bad"])
-    assert run(args) == 0
+    assert args.func(args) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("brwsim: warning: skipped 1 bad positions")
     assert "pass --vocab" in captured.out
@@ -719,3 +713,24 @@ def test_capture_reports_an_unloadable_model(tmp_path, capsys):
     assert module.main([str(empty), str(prompts), "--out", str(tmp_path / "bank.nc")]) == 2
     assert "empty: cannot load a local causal LM" in capsys.readouterr().err
     assert not (tmp_path / "bank.nc").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# the public API
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_import", ["brwsim.bank", "brwsim.cli_bank",
+                                          "brwsim.families.empirical"])
+def test_bank_api_is_reachable_in_a_fresh_interpreter(first_import):
+    """`import brwsim; brwsim.bank.import_logprobs` (the README's API table) works, whatever
+    module a program imports first (no import cycle between the bank and the families)."""
+    import subprocess
+    import sys
+
+    code = (f"import {first_import}\nimport brwsim\n"
+            "assert callable(brwsim.bank.import_logprobs) and callable(brwsim.bank.load_bank)\n"
+            "assert brwsim.bank_stats is brwsim.bank.stats.bank_stats\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=300)
+    assert done.returncode == 0, done.stderr

@@ -18,6 +18,7 @@ from brwsim import (
     simulate,
 )
 from brwsim.environment import node_logprobs, path_uniform
+from brwsim.families.ngram import load_corpus
 from brwsim.reference import best_first, env_provider
 
 TOY = "abracadabra"
@@ -49,7 +50,7 @@ def kn_reference(text: str, order: int, context: str, discount: float = 0.75) ->
         lam = discount * np.count_nonzero(c) / c.sum()
         return lam * lower + np.maximum(c - discount, 0.0) / c.sum()
 
-    h = context[len(context) - order + 1:] if order > 1 else ""
+    h = context[max(0, len(context) - order + 1):] if order > 1 else ""
     return prob(len(h) + 1, h)
 
 
@@ -65,6 +66,47 @@ def test_distributions_match_counts(text, order):
         np.testing.assert_allclose(q, kn_reference(text, order, ctx), rtol=1e-12, atol=0)
         assert q.sum() == pytest.approx(1.0, abs=1e-14)
         assert q.min() > 0
+
+
+def nltk_kneser_ney(text: str, order: int, discount: float):
+    """NLTK's KneserNeyInterpolated fitted on ``text`` as one character sequence.
+
+    NLTK ends its recursion in the undiscounted continuation unigram; brwsim (like Chen &
+    Goodman's interpolated KN) discounts that order too and interpolates it with the
+    uniform distribution. The adapter below gives NLTK that last step, built from NLTK's
+    own continuation counts; every higher order is NLTK's.
+    """
+    lm = pytest.importorskip("nltk.lm")
+    from nltk.util import everygrams
+
+    model = lm.KneserNeyInterpolated(order, discount=discount)
+    model.fit([everygrams(list(text), max_len=order)], vocabulary_text=list(text))
+    alphabet = sorted(set(text))
+    est = model.estimator
+    cont = {w: est._continuation_counts(w) for w in alphabet}
+    total = cont[alphabet[0]][1]
+    types = sum(c > 0 for c, _ in cont.values())
+    est.unigram_score = lambda w: (max(cont[w][0] - discount, 0.0) / total
+                                   + discount * types / total / len(alphabet))
+    return lambda context: np.array([model.score(w, list(context) or None) for w in alphabet])
+
+
+def test_short_contexts_match_nltk_kneser_ney():
+    """Contexts shorter than order - 1 use all their characters ('ilt' is not 't').
+
+    The reference is NLTK's KneserNeyInterpolated on 6000 characters of the prose corpus,
+    order 5, on contexts of every length 0..4, seen and unseen.
+    """
+    text = load_corpus("prose")[:6000]
+    fam = NGram(text, 5)
+    nltk_q = nltk_kneser_ney(text, 5, fam.discount)
+    contexts = ["", "t", "he", "ilt", "ion", " of", "the ", "ilty", "zq", "Zx~"]
+    for ctx in contexts:
+        ctx = "".join(c for c in ctx if c in fam.alphabet)
+        q, ref = fam.next_token_probs(ctx), nltk_q(ctx)
+        np.testing.assert_allclose(q, ref, rtol=0, atol=1e-14, err_msg=repr(ctx))
+    # the bug this guards against: a 3-character context read as its last character
+    assert 0.5 * np.abs(fam.next_token_probs("ilt") - fam.next_token_probs("t")).sum() > 0.1
 
 
 def test_hand_counts_order_2():

@@ -1,0 +1,210 @@
+"""The bank subcommands of the CLI: ``brwsim import-logprobs`` and ``brwsim bank-stats``.
+
+Argument handling and printing only; the work is done by :func:`brwsim.bank.import_logprobs`
+and :func:`brwsim.bank.stats.bank_stats`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from brwsim.bank import BadInputWarning, import_logprobs
+from brwsim.bank.stats import BankStats, bank_stats, histogram_bins, plot_entropy_histogram
+from brwsim.cli_format import format_table, parse_budgets
+
+__all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]
+
+#: Default budgets of ``bank-stats``: 1, 2, 4, ..., 4096.
+DEFAULT_BUDGETS = "1..4096"
+_BAR_WIDTH = 24
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``import-logprobs`` and ``bank-stats`` subcommands to an argparse subparsers
+    object (from ``parser.add_subparsers()``)."""
+    _register_import(subparsers)
+    _register_stats(subparsers)
+
+
+def _register_import(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``import-logprobs`` subcommand to an argparse subparsers object.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        From ``parser.add_subparsers()``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The subcommand's parser (its ``func`` default runs the import).
+    """
+    parser = subparsers.add_parser(
+        "import-logprobs",
+        help="turn next-token log-probabilities (JSON Lines, .npz) into a bank file",
+        description="Read OpenAI-compatible responses with logprobs/top_logprobs or "
+                    "llama.cpp /completion responses with n_probs (.jsonl, "
+                    ".ndjson, .json) or .npz files with a 'logprobs' array of shape "
+                    "(positions, k) and write a bank: sorted top-k probabilities, tail mass, "
+                    "sampled rank and bounds of the entropy and second log-moment (nats).")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="input files")
+    parser.add_argument("--out", required=True, metavar="BANK.nc", help="output netCDF file")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="skip bad positions and lines (with a warning) instead of failing")
+    parser.add_argument("--top-k", type=int, default=None, metavar="K",
+                        help="keep at most K entries per position")
+    parser.add_argument("--vocab", type=int, default=None, metavar="V",
+                        help="vocabulary size (makes the upper bounds finite)")
+    parser.set_defaults(func=_run_import)
+    return parser
+
+
+def _mean_text(values: np.ndarray) -> str:
+    finite = np.isfinite(values)
+    return f"{values.mean():.4g}" if finite.all() else "inf"
+
+
+def describe_bank(ds: xr.Dataset, out: str | os.PathLike[str]) -> str:
+    """One-paragraph description of a bank, as printed by ``brwsim import-logprobs``."""
+    probs = ds["probs"].values
+    counts = (probs > 0).sum(axis=1)
+    n, k = probs.shape
+    files = json.loads(ds.attrs.get("source_files", "[]"))
+    rank = ds["sampled_rank"].values
+    infinite = int((~np.isfinite(ds["entropy_upper"].values)).sum())
+    text = (f"Wrote {out}: {n} positions from {len(files)} file(s) "
+            f"({ds.attrs.get('format', 'unknown format')}), "
+            f"k = {k}" + (f" (varies {counts.min()}..{counts.max()})"
+                          if counts.min() != counts.max() else "")
+            + f", mean tail mass {ds['tail_mass'].values.mean():.4g}, sampled rank known at "
+            f"{(rank >= 0).sum()} positions. Mean entropy in "
+            f"[{ds['entropy_lower'].values.mean():.4g}, {_mean_text(ds['entropy_upper'].values)}]"
+            f" nat, mean second log-moment in [{ds['mu2_lower'].values.mean():.4g}, "
+            f"{_mean_text(ds['mu2_upper'].values)}] nat^2.")
+    if infinite:
+        text += (f" Upper bounds are infinite at {infinite} positions with tail mass: "
+                 "pass --vocab to bound them.")
+    skipped = int(ds.attrs.get("skipped_positions", 0)) + int(ds.attrs.get("skipped_lines", 0))
+    if skipped:
+        text += (f" Skipped {ds.attrs['skipped_positions']} bad positions and "
+                 f"{ds.attrs['skipped_lines']} bad lines or files.")
+    return text
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    """Run ``brwsim import-logprobs`` with parsed arguments; print a summary.
+
+    Returns
+    -------
+    int
+        0 on success (errors raise :class:`~brwsim.errors.UserError`).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", BadInputWarning)
+        ds = import_logprobs(args.files, args.out, skip_bad=args.skip_bad, top_k=args.top_k,
+                             vocab=args.vocab, command=" ".join(["brwsim"] + sys.argv[1:]))
+    for w in caught:
+        print(f"brwsim: warning: {w.message}", file=sys.stderr)
+    print(describe_bank(ds, args.out))
+    return 0
+
+
+def _mean(values: np.ndarray) -> str:
+    return f"{values.mean():.6g}" if np.isfinite(values).all() else "inf"
+
+
+def _bar(count: int, top: int) -> str:
+    return "#" * (round(_BAR_WIDTH * count / top) if top else 0)
+
+
+def entropy_histogram_text(stats: BankStats, bins: int = 10) -> str:
+    """Text histogram of the per-position entropy bounds (upper column only when finite)."""
+    edges = histogram_bins(stats, bins)
+    lower, _ = np.histogram(stats.entropy_lower, edges)
+    upper_finite = np.isfinite(stats.entropy_upper)
+    columns = [("lower bound", lower)]
+    if upper_finite.all():
+        columns.append(("upper bound", np.histogram(stats.entropy_upper, edges)[0]))
+    top = max(int(c.max()) for _, c in columns)
+    digits = len(str(top))
+    labels = [f"[{a:.3g}, {b:.3g}{']' if i == bins - 1 else ')'}"
+              for i, (a, b) in enumerate(itertools.pairwise(edges))]
+    width = max(len(x) for x in labels)
+    head = "  ".join([" " * width] + [f"{name:<{digits + 1 + _BAR_WIDTH}}" for name, _ in columns])
+    lines = [f"Entropy histogram (nats; {stats.positions} positions):", head.rstrip()]
+    for i, label in enumerate(labels):
+        cells = [f"{int(c[i]):>{digits}} {_bar(int(c[i]), top):<{_BAR_WIDTH}}" for _, c in columns]
+        lines.append("  ".join([label.ljust(width)] + cells).rstrip())
+    if not upper_finite.all():
+        lines.append(f"(upper bounds are infinite at {int((~upper_finite).sum())} positions "
+                     "with tail mass: pass --vocab V to bound them)")
+    return "\n".join(lines)
+
+
+def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
+    """The report printed by ``brwsim bank-stats``."""
+    k_text = f"{stats.k}" + (f" (varies {stats.k_min}..{stats.k})" if stats.k_min != stats.k else "")
+    vocab = str(stats.vocab) if stats.vocab is not None else "unknown"
+    lines = [
+        (f"{name}: {stats.positions} positions, k = {k_text}, mean tail mass "
+         f"{stats.tail_mass:.6g}, vocab {vocab}. Natural logarithms throughout."),
+        ("Empirical family (stored top-k rows; the tail mass is outside every tree): "
+         f"mu = {stats.mu:.6g} nats, mu2 = {stats.mu2:.6g} nats^2, "
+         f"E[H^2] = {stats.h2:.6g} nats^2"),
+        ("Full distributions (mean of per-position bounds): entropy in "
+         f"[{_mean(stats.entropy_lower)}, {_mean(stats.entropy_upper)}] nats, "
+         f"mu2 in [{_mean(stats.mu2_lower)}, {_mean(stats.mu2_upper)}] nats^2"),
+        "",
+        entropy_histogram_text(stats),
+        "",
+        ("Predicted accepted draft tokens X of Empirical(bank) per budget P "
+         "(tau = X + 1 tokens per call):"),
+    ]
+    def fmt(v: float) -> str:
+        return "n/a" if np.isnan(v) else f"{v:.4f}"
+
+    rows = [[str(p), fmt(x), fmt(x + 1), fmt(a), fmt(b)] for p, x, a, b in
+            zip(stats.budgets, stats.prediction, stats.asymptotic, stats.paper_bound)]
+    lines.append(format_table(rows, ["P", "prediction E[X]", "tau = X+1", "asymptotic",
+                               "paper bound"]))
+    return "\n".join(lines)
+
+
+def _register_stats(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``bank-stats`` subcommand to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "bank-stats", help="moments, entropy bounds and histogram, predicted E[X] of a bank",
+        description="Summarise a bank written by 'brwsim import-logprobs': mu and mu2 of the "
+                    "Empirical family over the stored top-k rows, the bounds of the full "
+                    "distributions' entropy and second log-moment, an entropy histogram and "
+                    "the renewal prediction of E[X] and the paper's bound per budget (nats).")
+    parser.add_argument("bank", metavar="BANK.nc", help="bank netCDF file")
+    parser.add_argument("--budgets", default=DEFAULT_BUDGETS,
+                        help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), "
+                             "'1-8' (default 1..4096)")
+    parser.add_argument("--vocab", type=int, default=None, metavar="V",
+                        help="vocabulary size: recompute the bounds with it (finite uppers)")
+    parser.add_argument("--plot", default=None, metavar="FIG.png",
+                        help="also write a histogram of per-position entropy")
+    parser.set_defaults(func=_run_stats)
+    return parser
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    """Run ``brwsim bank-stats`` with parsed arguments; print the report."""
+    stats = bank_stats(args.bank, parse_budgets(args.budgets), vocab=args.vocab)
+    print(format_bank_stats(stats, args.bank))
+    if args.plot:
+        plot_entropy_histogram(stats, args.plot, title=Path(args.bank).name)
+        print(f"wrote {args.plot}")
+    return 0
