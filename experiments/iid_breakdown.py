@@ -59,7 +59,7 @@ def measure(process: str, strength: float, budgets: np.ndarray, trees: int, toke
     fam = make(process, strength)
     ds = simulate(fam, budgets, trees, seed=seed)
     e = ds.expected_accepted.values
-    pred, _ = predictions(fam, budgets)
+    pred = predictions(fam, budgets)["prediction"]
     gen = generate(fam, None, 64, tokens, seed=seed + 1)
     return (e.mean(1), e.std(1, ddof=1) / np.sqrt(trees), pred,
             gen.attrs["tokens_per_call"], float(gen.accepted.std() / np.sqrt(gen.attrs["calls"])))

@@ -66,11 +66,13 @@ def measure(label: str, fam, budgets: np.ndarray, seed: int, se_target: float,
         if n >= min_trees and (se.max() < se_target or n >= max_trees):
             break
     mom = fam.moments()
-    num, asy = predictions(fam, budgets)
+    th = predictions(fam, budgets)
     return dict(label=label, family=repr(fam), n=n, mu=mom.mu, mu2=mom.mu2,
                 e_mean=s1 / n, e_se=se, x_mean=a1 / n,
                 x_se=np.sqrt(np.maximum(a2 / n - (a1 / n) ** 2, 0) / (n - 1)), depth=d1 / n,
-                bound=paper_bound(mom.mu, mom.mu2, budgets), pred=num, pred_asy=asy)
+                bound=paper_bound(mom.mu, mom.mu2, budgets), pred=th["prediction"],
+                pred_se=th["prediction_se"], pred_asy=th["prediction_asymptotic"],
+                upper=th["upper_bound"], upper_se=th["upper_bound_se"])
 
 
 def to_dataset(rows: list[dict], budgets: np.ndarray, config: dict, seed: int) -> xr.Dataset:
@@ -88,7 +90,10 @@ def to_dataset(rows: list[dict], budgets: np.ndarray, config: dict, seed: int) -
             "depth_mean": var("depth", "mean depth of the optimal tree"),
             "paper_bound": var("bound", "paper's bound (mu + mu2) log P / mu^2, O(1) dropped"),
             "prediction": var("pred", "renewal-theory prediction of E[X] (numerical)"),
+            "prediction_se": var("pred_se", "standard error of the prediction (sampled spine law; 0 if exact)"),
             "prediction_asymptotic": var("pred_asy", "key-renewal asymptotic of E[X]"),
+            "upper_bound": var("upper", "proven upper bound on E[X] (brwsim.theory.upper_bound)"),
+            "upper_bound_se": var("upper_se", "standard error of upper_bound (sampled spine law; 0 if exact)"),
             "mu": xr.Variable(("family",), stack("mu"), {"long_name": "E[H(q)]", "units": "nat"}),
             "mu2": xr.Variable(("family",), stack("mu2"), {"long_name": "E[sum q (log q)^2]",
                                                           "units": "nat2"}),
