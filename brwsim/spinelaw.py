@@ -71,20 +71,24 @@ class SpineLaw:
     exact: bool = True
     lattice_span: float | None = None
 
+    _mass: float = math.nan
+    _mu: float = math.nan
+    _mu2: float = math.nan
+
     @property
     def mass(self) -> float:
         """Total mass ``m = E[sum q]``."""
-        raise NotImplementedError
+        return self._mass
 
     @property
     def mu(self) -> float:
         """First moment ``E[H(q)]`` (nats)."""
-        raise NotImplementedError
+        return self._mu
 
     @property
     def mu2(self) -> float:
         """Second moment ``E[sum q (log q)^2]`` (nats^2)."""
-        raise NotImplementedError
+        return self._mu2
 
     @property
     def grid_step(self) -> float | None:
@@ -296,18 +300,6 @@ class CdfLaw(SpineLaw):
         self._mass_cdf, self._count_cdf = mass_cdf, count_cdf
         self._mass, self._mu, self._mu2 = float(mass), float(mu), float(mu2)
 
-    @property
-    def mass(self) -> float:
-        return self._mass
-
-    @property
-    def mu(self) -> float:
-        return self._mu
-
-    @property
-    def mu2(self) -> float:
-        return self._mu2
-
     def cells(self, h: float, size: int, mode: str = "split") -> np.ndarray:
         x = np.arange(size + 1) * h
         return _cells_from_cdfs(self._mass_cdf(x), self._count_cdf(x), h, _mode(mode))
@@ -388,14 +380,6 @@ class ConvolvedLaw(SpineLaw):
     @property
     def mass(self) -> float:
         return self.a.mass * self.b.mass
-
-    @property
-    def mu(self) -> float:
-        return self._mu
-
-    @property
-    def mu2(self) -> float:
-        return self._mu2
 
     def cells(self, h: float, size: int, mode: str = "split") -> np.ndarray:
         f = signal.fftconvolve(self.a.cells(h, size, mode), self.b.cells(h, size, mode))[:size]
@@ -502,18 +486,6 @@ class ZipfLaw(SpineLaw):
         self._mass = 1.0 - (zipf_sum(self.skip, self.s, 0) / math.exp(self.log_z)
                             if self.skip else 0.0)
         self._mu, self._mu2 = float(mu), float(mu2)
-
-    @property
-    def mass(self) -> float:
-        return self._mass
-
-    @property
-    def mu(self) -> float:
-        return self._mu
-
-    @property
-    def mu2(self) -> float:
-        return self._mu2
 
     def cells(self, h: float, size: int, mode: str = "split") -> np.ndarray:
         cached = getattr(self, "_cdfs", None)
@@ -622,19 +594,8 @@ class SampledLaw(SpineLaw):
         self.moments = Moments(float(ent.mean()), float(ent2.mean()), se(ent), se(ent2),
                                float((ent * ent).mean()), se(ent * ent), exact=False)
         g = self._grids["split"].mean(axis=0)
-        self._mass = float(g.sum())
+        self._mass, self._mu, self._mu2 = float(g.sum()), self.moments.mu, self.moments.mu2
 
-    @property
-    def mass(self) -> float:
-        return self._mass
-
-    @property
-    def mu(self) -> float:
-        return self.moments.mu
-
-    @property
-    def mu2(self) -> float:
-        return self.moments.mu2
 
     @property
     def grid_step(self) -> float:
