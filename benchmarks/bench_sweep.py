@@ -7,10 +7,17 @@ Both runs are summary-only (``--raw`` keeps the per-iteration arrays) and must g
 identical data. The worker pool is started by a tiny warm-up sweep first, so the
 timings measure steady-state throughput, not process start-up.
 
+``--many-small`` instead times a sweep of many small points end to end on one worker,
+theory included (32 Dirichlet points, vocabularies 200 to 262,144, 500 trees each at
+budgets 1..1024, the numerical prediction and the upper bound per point), against the
+kernel alone on the same trees in the same process (issue 11: at least half the kernel's
+rate end to end, at most 0.25 s of theory per point).
+
 Usage::
 
     python benchmarks/bench_sweep.py --quick
     python benchmarks/bench_sweep.py --nodes 1e9 --jobs 2 [--backend dask]
+    python benchmarks/bench_sweep.py --many-small
 """
 
 from __future__ import annotations
@@ -69,6 +76,55 @@ def _scheduler(backend: str, jobs: int) -> Iterator[Any]:
         yield client
 
 
+SMALL_ALPHAS = [0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0]
+SMALL_VOCABS = [200, 1000, 32000, 262144]
+SMALL_P, SMALL_IT = 1024, 500
+
+
+def many_small(root: Path) -> None:
+    """End-to-end rate of a sweep of 32 small points against the kernel on the same trees."""
+    import time
+
+    import numpy as np
+
+    from brwsim import Dirichlet
+    from brwsim.simulate import run_iterations, seed_key
+    from brwsim.theory import prediction_with_se, upper_bound
+
+    cfg = {"sweep": {"seed": 2, "iterations": SMALL_IT, "chunk": SMALL_IT,
+                     "budgets": f"1..{SMALL_P}", "prediction": "numerical",
+                     "family": [{"name": "dirichlet", "alpha": SMALL_ALPHAS,
+                                 "vocab": SMALL_VOCABS}]}}
+    budgets = 2 ** np.arange(11)
+    fams = [Dirichlet(a, v) for a in SMALL_ALPHAS for v in SMALL_VOCABS]
+    for f in fams[:2]:                              # load the kernels once
+        run_iterations(f.spec(), budgets, seed_key(0), 0, 4)
+        prediction_with_se(f, budgets)
+    kernel = 0.0
+    for f in fams:
+        spec = f.spec()
+        t0 = time.perf_counter()
+        run_iterations(spec, budgets, seed_key(0), 0, SMALL_IT)
+        kernel += time.perf_counter() - t0
+    theory = []
+    for a in SMALL_ALPHAS:
+        for v in SMALL_VOCABS:
+            f = Dirichlet(a, v)                     # a fresh instance: nothing memoised
+            t0 = time.perf_counter()
+            prediction_with_se(f, budgets)
+            upper_bound(f, budgets)
+            theory.append(time.perf_counter() - t0)
+    nodes = len(fams) * SMALL_IT * SMALL_P
+    rep = sweep(cfg, root / "small", jobs=1)
+    print(f"many small points: {len(fams)} points x {SMALL_IT} trees x P_max {SMALL_P} = "
+          f"{nodes:.3g} tree nodes")
+    print(f"  kernel alone: {nodes / kernel:.3g} tree nodes/s; sweep end to end (theory, shards, "
+          f"merge): {nodes / rep.seconds:.3g} tree nodes/s = {kernel / rep.seconds:.2f} of the "
+          f"kernel's rate")
+    print(f"  theory per point (prediction + bound, fresh family): median "
+          f"{np.median(theory):.3f} s, max {max(theory):.3f} s")
+
+
 def main() -> None:
     """Parse arguments, run the sweep on 1 and N workers, print throughput and efficiency."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -77,7 +133,13 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="workers of the parallel run (default 2)")
     ap.add_argument("--backend", choices=("loky", "dask"), default="loky")
     ap.add_argument("--raw", action="store_true", help="keep per-iteration arrays")
+    ap.add_argument("--many-small", action="store_true",
+                    help="a sweep of 32 small points end to end against the kernel alone")
     args = ap.parse_args()
+    if args.many_small:
+        with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
+            many_small(Path(tmp))
+        return
     nodes = 2e7 if args.quick else args.nodes
     cfg = config(nodes)
     s = cfg["sweep"]
