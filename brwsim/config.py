@@ -55,6 +55,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
+from brwsim.validate import check_int, echo
 
 __all__ = ["SweepConfig", "Block", "Point", "load_config", "LIST_PARAMS", "FAMILY_PARAMS",
            "PREDICTION_METHODS", "CONFIG_FORMAT"]
@@ -278,15 +279,11 @@ def _required(sweep: Mapping[str, Any], key: str) -> Any:
 def _seed(value: Any) -> int:
     if isinstance(value, str) and value.isdigit():
         return int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(f"sweep.seed: must be a non-negative integer, got {value!r}")
-    return value
+    return check_int("sweep.seed:", value, 0)
 
 
 def _positive_int(path: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{path}: must be a positive integer, got {value!r}")
-    return value
+    return check_int(f"{path}:", value, 1)
 
 
 def _budgets(value: Any) -> np.ndarray:
@@ -302,8 +299,7 @@ def _budgets(value: Any) -> np.ndarray:
         raise UserError(f"sweep.budgets: must be a list of positive integers or a string like "
                         f"'1..4096', got {value!r}")
     for i, b in enumerate(value):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise UserError(f"sweep.budgets[{i}]: must be a positive integer, got {b!r}")
+        check_int(f"sweep.budgets[{i}]:", b, 1)
     try:
         return validate_budgets(value)
     except UserError as exc:

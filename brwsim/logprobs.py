@@ -110,6 +110,7 @@ from scipy.special import entr
 
 from brwsim.errors import UserError
 from brwsim.io import open_dataset, provenance_attrs, write_netcdf_atomic
+from brwsim.validate import check_int, check_json_depth, check_output_path, check_work_size
 
 __all__ = [
     "BadInputWarning",
@@ -828,9 +829,7 @@ def _check_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 def _check_positive_int(value: int | None, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise UserError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    return check_int(name, value, 1)
 
 
 def _assemble(imp: _Importer) -> dict[str, np.ndarray]:
