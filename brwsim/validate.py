@@ -78,8 +78,8 @@ def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
     """
     v = check_finite(name, value)
     if v < 0 or (v == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise UserError(f"{name} must be a finite number {bound}, got {echo(value)}")
+        rule = "a finite non-negative number" if allow_zero else "a finite number > 0"
+        raise UserError(f"{name} must be {rule}, got {echo(value)}")
     return v
 
 
@@ -88,8 +88,7 @@ def check_finite(name: str, value: Any) -> float:
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        kind = "a string " if isinstance(value, str) else ""
-        raise UserError(f"{name} must be a number, got {kind}{echo(value)}")
+        raise UserError(f"{name} must be a number, got {echo(value)}")
     try:
         v = float(value)
     except OverflowError:
