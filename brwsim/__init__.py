@@ -8,7 +8,7 @@ from brwsim.families import (
     MarkovRegime, Mixture, NGram, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
 )
 from brwsim.simulate import policy_gap, simulate, summarize
-from brwsim import policies
+from brwsim import logprobs, policies
 from brwsim.generate import generate, path_moments
 from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
 from brwsim.sweep import sweep

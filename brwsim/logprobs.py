@@ -643,8 +643,9 @@ def _looks_like_json_lines(path: Path) -> bool:
             if payload is None:
                 continue
             try:
+                check_json_depth(payload, str(path))
                 json.loads(payload)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UserError):
                 return False
             return True
     return True
@@ -664,7 +665,11 @@ def _read_json_file(imp: _Importer, path: Path) -> bool:
             nonblank = True
             loc = f"{path}:{line}"
             try:
+                check_json_depth(payload, loc)
                 record = json.loads(payload)
+            except UserError as exc:
+                imp.bad(loc, str(exc).removeprefix(f"{loc}: "), line_level=True)
+                continue
             except json.JSONDecodeError as exc:
                 imp.bad(loc, f"malformed JSON: {exc.msg} (column {exc.colno})",
                         line_level=True)
@@ -678,7 +683,9 @@ def _read_json_document(imp: _Importer, path: Path, seqs: _SequenceTracker) -> b
     """Read a .json file holding one pretty-printed document (parsed whole)."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         try:
-            doc = json.load(fh)
+            text = fh.read()
+            check_json_depth(text, str(path))
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             imp.bad(f"{path}:{exc.lineno}", f"malformed JSON: {exc.msg} (column "
                                             f"{exc.colno})", line_level=True)
@@ -743,6 +750,8 @@ def _open_npz_members(zf: zipfile.ZipFile, path: Path) -> dict[str, _NpyRows]:
     lp = members["logprobs"]
     if len(lp.shape) != 2:
         raise ValueError(f"'logprobs' must have shape (positions, k), got {lp.shape}")
+    # the bank keeps every position's probabilities (float64) in memory: refuse up front
+    check_work_size(float(lp.shape[0]) * lp.shape[1] * 8, f"'logprobs' of shape {lp.shape}")
     if lp.dtype.kind != "f":
         raise ValueError(f"'logprobs' must be a float array, got {lp.dtype}")
     for key in ("sampled_rank", "sampled_logprob", "sequence"):
@@ -937,6 +946,8 @@ def import_logprobs(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     files = _check_paths(paths)
     imp = _Importer(skip_bad=skip_bad, top_k=_check_positive_int(top_k, "top_k"),
                     vocab=_check_positive_int(vocab, "vocab"))
+    if out is not None:          # writable, before reading the inputs (not after)
+        check_output_path(out, "--out")
     for path in files:
         imp.path = str(path)
         is_npz = path.suffix.lower() in NPZ_SUFFIXES
