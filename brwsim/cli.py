@@ -1,7 +1,10 @@
 """Command line: ``brwsim run | theory | ceiling | import-logprobs`` (and the sweep commands).
 
 Every user error (bad family string, budget, file) prints one line
-``brwsim: error: ...`` and exits with status 2; no output file is written then.
+``brwsim: error: ...`` and exits with status 2; no output file is written then. So do the
+faults a user can cause: a full disk, an unwritable output (checked before the work
+starts), memory exhausted, input nested too deeply. A closed stdout (``brwsim inspect F |
+head``) ends quietly with status 141 (128 + SIGPIPE), Ctrl-C with 130.
 """
 
 from __future__ import annotations
