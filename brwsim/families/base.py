@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from brwsim.errors import UserError
 from brwsim.kernels.dist import NF, NI
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
