@@ -32,6 +32,7 @@ from scipy.optimize import brentq
 from brwsim.errors import UserError
 from brwsim.families import EntropyTarget
 from brwsim.theory import prediction
+from brwsim.validate import check_int
 
 __all__ = ["SHAPES", "entropy_family", "ceiling", "implied_entropy"]
 
@@ -53,8 +54,7 @@ def _max_entropy(shape: str, vocab: int) -> float:
 def _check(shape: str, h: float, vocab: int) -> None:
     if shape not in SHAPES:
         raise UserError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
-    if not isinstance(vocab, (int, np.integer)) or vocab < 2:
-        raise UserError(f"vocab must be an integer >= 2, got {vocab!r}")
+    check_int("vocab", vocab, 2)
     top = _max_entropy(shape, vocab)
     if not (isinstance(h, (int, float, np.floating)) and 0 < h < top):
         raise UserError(f"mean entropy must be in (0, {top:.4g}) nats for shape {shape!r}, got {h!r}")
@@ -141,8 +141,7 @@ def implied_entropy(tau: float, budget: int, shape: str = "zipf-spread", vocab: 
     brwsim.errors.UserError
         When ``tau`` is not in (1, budget + 1), or the shape or vocabulary is invalid.
     """
-    if not isinstance(budget, (int, np.integer)) or budget < 1:
-        raise UserError(f"budget must be an integer >= 1, got {budget!r}")
+    check_int("budget", budget, 1)
     if not (isinstance(tau, (int, float, np.floating)) and 1.0 < tau < budget + 1.0):
         raise UserError(f"tokens per call must be in (1, P + 1) = (1, {budget + 1}), got {tau!r}")
     _check(shape, 1e-3, vocab)

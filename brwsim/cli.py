@@ -1,14 +1,20 @@
 """Command line: ``brwsim run | theory | ceiling`` (and the sweep and bank commands).
 
 Every user error (bad family string, budget, file) prints one line
-``brwsim: error: ...`` and exits with status 2; no output file is written then.
+``brwsim: error: ...`` and exits with status 2; no output file is written then. So do the
+faults a user can cause: a full disk, an unwritable output (checked before the work
+starts), memory exhausted, input nested too deeply. A closed stdout (``brwsim inspect F |
+head``) ends quietly with status 141 (128 + SIGPIPE), Ctrl-C with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import math
+import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -16,6 +22,7 @@ from collections.abc import Sequence
 from brwsim import cli_bank
 from brwsim.cli_format import format_table, parse_budgets
 from brwsim.errors import UserError
+from brwsim.validate import check_output_path, echo
 
 __all__ = ["main", "build_parser", "parse_budgets", "format_table"]
 
@@ -32,15 +39,18 @@ class _Parser(argparse.ArgumentParser):
 def _cmd_run(args: argparse.Namespace) -> int:
     from brwsim.families import parse_family
     from brwsim.io import write_netcdf_atomic
-    from brwsim.simulate import simulate, summarize
+    from brwsim.simulate import simulate, summarize, validate_budgets
 
     family = parse_family(args.family)
-    budgets = parse_budgets(args.budgets)
+    budgets = validate_budgets(parse_budgets(args.budgets))
     if args.iterations < 1:
         raise UserError(f"--iterations must be >= 1, got {args.iterations}")
     if args.seed < 0:
         raise UserError(f"--seed must be >= 0, got {args.seed}")
     policies = _run_policies(args.policy)
+    if args.out:        # writable, with room, before the simulation (not after it)
+        n_pol = len(policies) if policies else 1
+        check_output_path(args.out, "--out", n_pol * budgets.size * float(args.iterations) * 16)
     show = not args.quiet and sys.stderr.isatty()
     ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show,
                   policies=policies, command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
@@ -145,7 +155,7 @@ def _cmd_ceiling(args: argparse.Namespace) -> int:
     if args.tau is None and args.entropy is None:
         raise UserError("ceiling: give --tau (measured tokens per call), --entropy (nats), or both")
     shapes = [args.shape] if args.shape else list(SHAPES)
-    header, rows = ["shape"], []
+    header, rows, above = ["shape"], [], []
     if args.entropy is not None:
         header.append(f"ceiling at h={args.entropy:g}")
         if args.tau is not None:
@@ -159,6 +169,8 @@ def _cmd_ceiling(args: argparse.Namespace) -> int:
             cells.append(f"{c:.4f}")
             if args.tau is not None:
                 cells.append(f"{args.tau / c:.3f}")
+                if args.tau > c:
+                    above.append(shape)
         if args.tau is not None:
             h = implied_entropy(args.tau, args.budget, shape, args.vocab)
             cells.append("any" if math.isinf(h) else f"{h:.4f}")
@@ -169,7 +181,26 @@ def _cmd_ceiling(args: argparse.Namespace) -> int:
     if args.tau is not None:
         print("h*: the largest mean entropy at which an oracle drafter reaches tau (a real "
               "drafter needs lower)")
+    if above:
+        print(f"note: tau = {args.tau:g} is above the optimal (oracle) ceiling at h = "
+              f"{args.entropy:g} for shape {', '.join(above)}: no drafter can do that, so the "
+              f"entropy given is too high for that system (its mean entropy must be at most h*)")
     return 0
+
+
+def family_epilog() -> str:
+    """The family names and parameters (from ``brwsim.families.FAMILIES``) for ``--help``."""
+    import inspect
+
+    from brwsim.families import FAMILIES
+
+    lines = ["families (name(parameters), defaults after '='; see the docstrings of brwsim.<Name>):"]
+    for name, cls in sorted(FAMILIES.items()):
+        params = []
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            params.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
+        lines.append(f"  {name}({', '.join(params)})")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="brwsim", description="Monte Carlo speed-of-light of speculative decoding.")
     parser.add_argument("--version", action="version", version=f"brwsim {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    run = sub.add_parser("run", help="optimal draft trees on one family; prints a table, writes netCDF")
+    run = sub.add_parser("run", help="optimal draft trees on one family; prints a table, writes netCDF",
+                         epilog=family_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--family", default=DEFAULT_FAMILY,
                      help="family string, e.g. 'dirichlet(alpha=0.05, vocab=200)' (default: an LLM-like mixture)")
     run.add_argument("--budgets", default=DEFAULT_BUDGETS,
@@ -193,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_cmd_run)
-    theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation")
+    theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation",
+                            epilog=family_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     theory.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
     theory.add_argument("--budgets", default=DEFAULT_BUDGETS, help="as for run (default 1..4096)")
     theory.set_defaults(func=_cmd_theory)
@@ -212,8 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status after the reader of stdout went away (``brwsim inspect F | head``): 128 + SIGPIPE.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``brwsim`` console script; returns the exit status."""
+    """Entry point of the ``brwsim`` console script; returns the exit status.
+
+    Every failure a user can cause ends in one line on stderr and status 2: a
+    :class:`~brwsim.errors.UserError`, a full disk or another operating-system error on a
+    file, memory exhausted, or input nested too deeply (RecursionError). A closed stdout
+    (a pipe into ``head``) ends quietly with status 141; Ctrl-C with 130.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
@@ -221,13 +264,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             args = parser.parse_args(["run", *argv])
         args.argv = argv
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"brwsim: error: {exc}", file=sys.stderr)
-        return 2
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()                # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("brwsim: interrupted", file=sys.stderr)
         return 130
+    except (UserError, MemoryError, RecursionError, OSError) as exc:
+        _error_line(exc)
+        return 2
+
+
+def _error_line(exc: BaseException) -> None:
+    """Print the one-line message of a failure a user can cause."""
+    if isinstance(exc, UserError):
+        msg = str(exc)
+    elif isinstance(exc, MemoryError):
+        msg = "out of memory: use fewer iterations, budgets or grid points"
+    elif isinstance(exc, RecursionError):
+        msg = "input nested too deeply (recursion limit reached)"
+    elif getattr(exc, "errno", None) == errno.ENOSPC:
+        where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
+        msg = f"disk full{where}: free some space or write elsewhere"
+    else:
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        msg = f"{where}{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+    msg = " ".join(msg.split()) if "\n" in msg else msg
+    try:
+        print(f"brwsim: error: {msg}", file=sys.stderr)
+    except (OSError, ValueError):  # pragma: no cover - stderr closed too
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again
+    (the recipe of the Python documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a file
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

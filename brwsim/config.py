@@ -58,6 +58,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
+from brwsim.validate import check_int, echo
 
 __all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT"]
 
@@ -67,6 +68,10 @@ CONFIG_FORMAT = 1
 _DEPTH = {"scalar": 0, "family": 0, "list": 1, "families": 1, "matrix": 2}
 PREDICTION_METHODS = ("numerical", "asymptotic", "none")
 DEFAULT_CHUNK = 1000
+#: Most parameter points of one sweep (every point's family is built while loading).
+MAX_POINTS = 100_000
+#: Most tasks (shard files) of one sweep: points x (chunks per point + 1 theory task).
+MAX_TASKS = 1_000_000
 
 _SWEEP_KEYS = ("seed", "iterations", "chunk", "budgets", "prediction", "title", "family")
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -212,6 +217,9 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | SweepConfig
         return source
     if isinstance(source, Mapping):
         return _from_mapping(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise UserError(f"a sweep configuration must be a TOML file path, a mapping or a "
+                        f"SweepConfig, got {echo(source)}")
     path = Path(source)
     try:
         with open(path, "rb") as fh:
@@ -222,6 +230,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | SweepConfig
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (a TOML configuration is UTF-8 text)") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid TOML: nested too deeply") from None
     try:
         return _from_mapping(data)
     except UserError as exc:
@@ -241,14 +253,24 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
     seed = _seed(sweep.get("seed", 0))
     iterations = _positive_int("sweep.iterations", _required(sweep, "iterations"))
     chunk = min(_positive_int("sweep.chunk", sweep.get("chunk", DEFAULT_CHUNK)), iterations)
+    n_chunks = -(-iterations // chunk)
+    if n_chunks + 1 > MAX_TASKS:
+        raise UserError(f"sweep.iterations: {iterations} iterations in chunks of {chunk} make "
+                        f"{n_chunks} tasks per point, above the maximum {MAX_TASKS} tasks "
+                        "(shard files) of a sweep; raise sweep.chunk or lower sweep.iterations")
     budgets = _budgets(_required(sweep, "budgets"))
     method = sweep.get("prediction", "numerical")
     if method not in PREDICTION_METHODS:
-        raise UserError(f"sweep.prediction: must be one of {', '.join(PREDICTION_METHODS)}, got {method!r}")
+        raise UserError(f"sweep.prediction: must be one of {', '.join(PREDICTION_METHODS)}, got {echo(method)}")
     title = sweep.get("title", "")
     if not isinstance(title, str):
-        raise UserError(f"sweep.title: must be a string, got {title!r}")
+        raise UserError(f"sweep.title: must be a string, got {echo(title)}")
     blocks = _blocks(_required(sweep, "family"))
+    n_points = sum(b.n_points for b in blocks)
+    if n_points * (n_chunks + 1) > MAX_TASKS:
+        raise UserError(f"sweep: {n_points} points x {n_chunks + 1} tasks per point (chunks of "
+                        f"{chunk} iterations, plus theory) exceed the maximum {MAX_TASKS} tasks "
+                        "(shard files) of a sweep; raise sweep.chunk or use fewer points")
     normalized = {
         "format": CONFIG_FORMAT, "seed": str(seed), "iterations": iterations, "chunk": chunk,
         "budgets": budgets.tolist(), "prediction": method, "title": title,
@@ -270,15 +292,11 @@ def _required(sweep: Mapping[str, Any], key: str) -> Any:
 def _seed(value: Any) -> int:
     if isinstance(value, str) and value.isdigit():
         return int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(f"sweep.seed: must be a non-negative integer, got {value!r}")
-    return value
+    return check_int("sweep.seed:", value, 0)
 
 
 def _positive_int(path: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{path}: must be a positive integer, got {value!r}")
-    return value
+    return check_int(f"{path}:", value, 1)
 
 
 def _budgets(value: Any) -> np.ndarray:
@@ -292,10 +310,9 @@ def _budgets(value: Any) -> np.ndarray:
             raise UserError(f"sweep.budgets: {_unprefixed('budgets', str(exc))}") from None
     if not isinstance(value, list):
         raise UserError(f"sweep.budgets: must be a list of positive integers or a string like "
-                        f"'1..4096', got {value!r}")
+                        f"'1..4096', got {echo(value)}")
     for i, b in enumerate(value):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise UserError(f"sweep.budgets[{i}]: must be a positive integer, got {b!r}")
+        check_int(f"sweep.budgets[{i}]:", b, 1)
     try:
         return validate_budgets(value)
     except UserError as exc:
@@ -309,14 +326,14 @@ def _blocks(value: Any) -> tuple[Block, ...]:
     first = 0
     used: set[str] = set()
     for i, table in enumerate(value):
-        block = _block(i, table, first, used)
+        block = _block(i, table, first, used, MAX_POINTS - first)
         used.add(block.label)
         blocks.append(block)
         first += block.n_points
     return tuple(blocks)
 
 
-def _block(i: int, table: Mapping[str, Any], first: int, used: set[str]) -> Block:
+def _block(i: int, table: Mapping[str, Any], first: int, used: set[str], room: int) -> Block:
     where = f"sweep.family[{i}]"
     label = table.get("label")
     if "name" in table:
@@ -332,13 +349,18 @@ def _block(i: int, table: Mapping[str, Any], first: int, used: set[str]) -> Bloc
                             "and its parameters) or only 'family' (family strings)")
         fixed, grid = _family_strings(where, table["family"])
     label = _label(where, label, name or "family", used)
+    n = math.prod(len(v) for v in grid.values())
+    if n > room:
+        shape = " x ".join(str(len(v)) for v in grid.values())
+        raise UserError(f"{where}: a grid of {shape} = {n} points takes the sweep above the "
+                        f"maximum {MAX_POINTS} points; split it into several sweeps")
     families = tuple(_build_points(where, name, fixed, grid))
     return Block(i, label, name, fixed, grid, families, first)
 
 
 def _family_name(where: str, name: Any) -> str:
     if not isinstance(name, str) or name.lower() not in FAMILIES:
-        raise UserError(f"{where}.name: unknown family {name!r}; known: {', '.join(sorted(FAMILIES))}")
+        raise UserError(f"{where}.name: unknown family {echo(name)}; known: {', '.join(sorted(FAMILIES))}")
     return name.lower()
 
 
@@ -349,9 +371,9 @@ def _label(where: str, label: Any, default: str, used: set[str]) -> str:
             label, k = f"{default}_{k}", k + 1
         return label
     if not isinstance(label, str) or not _LABEL.match(label):
-        raise UserError(f"{where}.label: must be an identifier (letters, digits, _), got {label!r}")
+        raise UserError(f"{where}.label: must be an identifier (letters, digits, _), got {echo(label)}")
     if label in used:
-        raise UserError(f"{where}.label: {label!r} is already the label of another block")
+        raise UserError(f"{where}.label: {echo(label)} is already the label of another block")
     return label
 
 
@@ -387,7 +409,7 @@ def _family_strings(where: str, value: Any) -> tuple[dict, dict]:
     if isinstance(value, list):
         return {}, {"family": _grid_values(path, "", "family", value)}
     if not isinstance(value, str):
-        raise UserError(f"{path}: must be a family string or a list of them, got {value!r}")
+        raise UserError(f"{path}: must be a family string or a list of them, got {echo(value)}")
     return {"family": _parse(path, value)}, {}
 
 
@@ -395,33 +417,36 @@ def _scalar(path: str, name: str, key: str, value: Any) -> Any:
     if isinstance(value, bool):
         raise UserError(f"{path}: must be a number or a string, got a boolean")
     if isinstance(value, float) and not math.isfinite(value):
-        raise UserError(f"{path}: must be finite, got {value!r}")
+        raise UserError(f"{path}: must be finite, got {echo(value)}")
     if isinstance(value, str):
         kind = FAMILIES[name].param_kind(key) if name else "family"
         return _parse(path, value) if kind == "family" else value
     if not isinstance(value, (int, float)):
-        raise UserError(f"{path}: must be a number or a string, got {type(value).__name__} {value!r}")
+        raise UserError(f"{path}: must be a number or a string, got {type(value).__name__} {echo(value)}")
     return value
 
 
 def _grid_values(path: str, name: str, key: str, values: list[Any]) -> list[Any]:
     if not values:
         raise UserError(f"{path}: empty list (a list makes a grid dimension: give at least one value)")
+    if len(values) > MAX_POINTS:
+        raise UserError(f"{path}: {len(values)} grid values exceed the maximum {MAX_POINTS} "
+                        "points of a sweep")
     kind = FAMILIES[name].param_kind(key) if name else "family"
     out: list[Any] = []
-    seen: set[str] = set()
+    seen: set[str] = set()                          # linear, not quadratic, in the grid size
     for j, v in enumerate(values):
         if _depth(v) != _DEPTH[kind] or isinstance(v, dict):
             what = {"scalar": "a number or a string", "family": "a family string",
                     "list": "a list", "families": "a list of family strings",
                     "matrix": "a list of lists"}[kind]
             raise UserError(f"{path}[{j}]: a grid value of {name or 'family'}.{key} must be "
-                            f"{what} ({kind} parameter), got {v!r}")
+                            f"{what} ({kind} parameter), got {echo(v)}")
         out.append(_list_value(f"{path}[{j}]", name, key, v) if _DEPTH[kind]
                    else _scalar(f"{path}[{j}]", name, key, v))
         text = json.dumps(out[-1], sort_keys=True)
         if text in seen:
-            raise UserError(f"{path}[{j}]: duplicate grid value {v!r}")
+            raise UserError(f"{path}[{j}]: duplicate grid value {echo(v)}")
         seen.add(text)
     if _DEPTH[kind] == 0 and len({isinstance(v, str) for v in out}) > 1:
         raise UserError(f"{path}: a grid mixes numbers and strings")
@@ -432,13 +457,13 @@ def _list_value(path: str, name: str, key: str, value: Any) -> Any:
     kind = FAMILIES[name].param_kind(key)
     if kind == "families":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UserError(f"{path}: must be a list of family strings, got {value!r}")
+            raise UserError(f"{path}: must be a list of family strings, got {echo(value)}")
         return [_parse(f"{path}[{j}]", v) for j, v in enumerate(value)]
     if isinstance(value, str):                   # e.g. entropies = "bank.nc"
         return value
     if not isinstance(value, list):
         raise UserError(f"{path}: must be a list ({name}.{key} is a {kind} parameter), "
-                        f"got {value!r}")
+                        f"got {echo(value)}")
     return value
 
 

@@ -16,7 +16,9 @@ import numpy as np
 from brwsim.families.base import Family, Spec
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
+from brwsim.errors import UserError
 from brwsim.simulate import seed_key
+from brwsim.validate import check_int, echo
 
 __all__ = ["node_key", "node_logprobs", "path_uniform"]
 
@@ -39,8 +41,9 @@ def _node_head(kinds, cw, fpar, ipar, data, cprog, head_cap, key, path, k, out):
 
 def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
     """64-bit key of the node reached from the root of ``iteration`` by ranks ``path``."""
+    iteration = check_int("iteration", iteration, 0, (1 << 64) - 1)
     key = np.uint64(root_key(seed_key(seed), np.uint64(iteration)))
-    for r in path:
+    for r in _check_path(path):
         key = np.uint64(child_key(key, np.uint64(r)))
     return int(key)
 
@@ -60,12 +63,24 @@ def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequen
     k : int
         Number of leading ranks.
     """
+    if not isinstance(family, (Family, Spec)):
+        raise UserError(f"family must be a brwsim family or its Spec, got {echo(family)}")
+    k = check_int("k", k, 1, 1 << 20)
+    ranks = _check_path(path)
     spec = family.spec() if isinstance(family, Family) else family
     out = np.empty(k)
     root = np.uint64(node_key(seed, iteration, ()))
     _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
-               root, np.asarray(path, dtype=np.int64), k, out)
+               root, ranks, k, out)
     return out
+
+
+def _check_path(path: Sequence[int]) -> np.ndarray:
+    """A node path as int64 ranks (each >= 0), or a :class:`UserError` naming the entry."""
+    if isinstance(path, (str, bytes)) or not isinstance(path, (Sequence, np.ndarray)):
+        raise UserError(f"path must be a list of ranks (integers >= 0), got {echo(path)}")
+    return np.array([check_int(f"path[{i}]", r, 0, (1 << 63) - 1) for i, r in enumerate(path)],
+                    dtype=np.int64)
 
 
 def path_uniform(seed: int, iteration: int, path: Sequence[int] = ()) -> float:

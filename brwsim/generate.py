@@ -21,6 +21,7 @@ import xarray as xr
 
 from brwsim.errors import UserError
 from brwsim.families.base import Family
+from brwsim.validate import check_int
 from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.kernels.rng import root_key
@@ -64,8 +65,7 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     if not isinstance(family, Family):
         raise UserError(f"family must be a brwsim family, got {family!r}")
     b = validate_budgets([budget])
-    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
-        raise UserError(f"tokens must be a positive integer, got {tokens!r}")
+    tokens = check_int("tokens", tokens, 1)
     spec = family.spec()
     width = int(tokens)                      # at least one token per call
     acc = np.empty((1, width), np.int32)

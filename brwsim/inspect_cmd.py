@@ -19,11 +19,16 @@ import numpy as np
 import xarray as xr
 
 from brwsim.errors import UserError
+from brwsim.io import atomic_path
+from brwsim.validate import check_output_path
+
+_FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
 
 __all__ = ["open_results", "point_summaries", "describe", "plot", "register"]
 
 _SUMMARY_VARS = ("accepted_mean", "accepted_se", "expected_mean", "expected_se",
                  "tokens_per_call", "depth_mean")
+_RUN_VARS = ("accepted", "expected_accepted", "depth")
 
 
 @contextlib.contextmanager
@@ -54,10 +59,23 @@ def open_results(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any],
         data = {name: ds for name, ds in groups.items() if "budget" in ds.dims}
         if not data:
             raise UserError(f"{p}: no brwsim data (no group with a 'budget' dimension)")
+        for name, ds in data.items():
+            if not _is_brwsim(ds):
+                where = "" if name == "/" else f" (group {name})"
+                raise UserError(f"{p}: not a brwsim run or sweep file{where}: it has a 'budget' "
+                                f"dimension but neither {', '.join(_SUMMARY_VARS[:1])} nor "
+                                f"{', '.join(_RUN_VARS)}")
         yield dict(groups["/"].attrs), data
     finally:
         for ds in groups.values():
             ds.close()
+
+
+def _is_brwsim(ds: xr.Dataset) -> bool:
+    """Whether ``ds`` has the variables of a sweep group or of a ``brwsim run`` file."""
+    if all(v in ds for v in _SUMMARY_VARS):
+        return True
+    return all(v in ds for v in _RUN_VARS) and "iteration" in ds.dims
 
 
 def point_summaries(ds: xr.Dataset) -> xr.Dataset:
@@ -175,11 +193,19 @@ def plot(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     Returns
     -------
     pathlib.Path
-        The figure file (format from its suffix, e.g. ``.png``, ``.pdf``).
+        The figure file written: format from its suffix (``.png``, ``.pdf``, ``.svg``);
+        ``.png`` is appended to a name without one (``--out fig`` writes ``fig.png``).
     """
     from matplotlib.figure import Figure
 
     p, dest = Path(path), Path(out)
+    if not dest.suffix:
+        dest = dest.with_name(dest.name + ".png")
+    fmt = dest.suffix[1:].lower()
+    if fmt not in _FIGURE_FORMATS:
+        raise UserError(f"{dest}: unknown figure format '.{fmt}' (use one of "
+                        f"{', '.join('.' + f for f in _FIGURE_FORMATS)})")
+    check_output_path(dest, "--out")
     with open_results(p) as (attrs, groups):
         summaries = {name: point_summaries(ds) for name, ds in groups.items()}
     fig = Figure(figsize=(7.5, 4.2 * len(summaries)), layout="constrained")
@@ -187,7 +213,8 @@ def plot(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     for ax, (name, summary) in zip(axes, summaries.items()):
         _plot_group(ax, summary, attrs, name.strip("/"))
     try:
-        fig.savefig(dest, dpi=120)
+        with atomic_path(dest) as tmp:
+            fig.savefig(tmp, dpi=120, format=fmt)
     except (OSError, ValueError) as exc:
         raise UserError(f"{dest}: cannot write the figure ({exc})") from None
     return dest

@@ -8,9 +8,11 @@ crash or a bad input never leaves a half-written file under the final name.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "open_dataset"]
+__all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "write_error", "open_dataset"]
 
 CONVENTIONS = "CF-1.10"
 
@@ -137,10 +139,43 @@ def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
     -------
     pathlib.Path
         The destination path.
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        When the file system is full or the write fails ("NetCDF: HDF error" says neither);
+        nothing is left under ``path`` or beside it.
     """
     with atomic_path(path) as tmp:
-        ds.to_netcdf(tmp, engine="netcdf4")
+        try:
+            ds.to_netcdf(tmp, engine="netcdf4")
+        except (RuntimeError, OSError) as exc:
+            raise write_error(Path(path), exc, ds.nbytes) from None
     return Path(path)
+
+
+def write_error(path: Path, exc: BaseException, nbytes: float = 0) -> Exception:
+    """The one-line error of a failed write: "disk full" when the file system has no room.
+
+    netCDF and HDF5 report a full disk as ``RuntimeError: NetCDF: HDF error``; the free
+    space of the destination's file system tells the cases apart. Other errors are
+    returned unchanged (a programming error must still show its traceback).
+    """
+    from brwsim.errors import UserError
+    from brwsim.validate import format_bytes
+
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    full = getattr(exc, "errno", None) == errno.ENOSPC or (
+        free is not None and free < max(float(nbytes), 1 << 20))
+    if full:
+        room = f" ({format_bytes(free)} free)" if free is not None else ""
+        return UserError(f"{path}: disk full{room}: free some space or write elsewhere")
+    if isinstance(exc, OSError) or "NetCDF" in str(exc) or "HDF" in str(exc):
+        return UserError(f"{path}: cannot write the file ({exc})")
+    return exc
 
 
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:

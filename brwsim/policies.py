@@ -304,10 +304,12 @@ class Expansion(_StaticPolicy):
         for w in self.widths:
             if n >= p_max:
                 break
-            level = level[:-(-(p_max - n) // w)]      # the parents of the first p_max - n
-            par = np.repeat(level, w)
+            # the first min(p_max - n, |level| w) children, in (parent, rank) order: never
+            # more than p_max entries, however wide the level (widths of 10**9 included)
+            idx = np.arange(min(p_max - n, level.size * w), dtype=np.int64)
+            par = level[idx // w]
             parents.append(par)
-            ranks.append(np.tile(np.arange(w, dtype=np.int64), level.size))
+            ranks.append(idx % w)
             level = np.arange(n, n + par.size, dtype=np.int64)
             n += par.size
         parent = np.concatenate(parents)[:p_max]

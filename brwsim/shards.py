@@ -5,9 +5,11 @@ A task is keyed by ``(point, chunk)``: a chunk of iterations of one parameter po
 bound, the renewal prediction; chunk ``-1``). A worker runs the task and writes one shard,
 ``shards/p<point>_c<chunk>.nc`` or ``shards/p<point>_theory.nc``, atomically through
 :func:`brwsim.io.write_netcdf_atomic`. Shards carry the configuration hash, their key and
-their shape in attributes and Fletcher-32 checksums on every variable, so
-:func:`read_shard` can tell a complete shard of this sweep from a corrupt, partial or
-foreign one.
+their shape in attributes, Fletcher-32 checksums on every array variable and a SHA-256
+(attribute ``checksum_sha256``) of every scalar variable (``mu``, ``mu2``, ``mu_se``,
+``mu2_se``, ``h2``) and every other attribute (``nodes_visited``, ``x_max``, ...), which
+netCDF cannot checksum, so :func:`read_shard` can tell a complete shard of this sweep from
+a corrupt, partial, edited or foreign one.
 
 Chunk shards hold exact sufficient statistics per budget (sums and sums of squares, each
 summed with :func:`math.fsum`, and the histogram of X), plus the raw per-iteration arrays
@@ -16,6 +18,8 @@ unless the sweep is summary-only.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -32,7 +36,7 @@ from brwsim.simulate import run_iterations
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
            "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "THEORY_VARS"]
 
-SHARD_FORMAT = 1
+SHARD_FORMAT = 2
 THEORY_CHUNK = -1
 RAW_VARS = ("accepted", "expected_accepted", "depth")
 #: Per-budget sums in chunk shards: (name, source raw variable, squared?)
@@ -43,6 +47,34 @@ THEORY_VARS = ("mu", "mu2", "mu_se", "mu2_se", "h2")
 #: Per-budget theory variables of a theory shard (absent when the prediction is "none").
 THEORY_BUDGET_VARS = ("prediction", "prediction_se", "upper_bound", "upper_bound_se")
 _CHECKSUM = {"fletcher32": True}
+_DIGEST = "checksum_sha256"
+
+
+def _scalar_digest(ds: xr.Dataset) -> str:
+    """SHA-256 of the shard's scalar variables and attributes (all but the digest itself).
+
+    Floats enter as ``float.hex`` (exact), so any changed bit is detected; the array
+    variables are covered by their Fletcher-32 checksums.
+    """
+    def norm(v: Any) -> Any:
+        v = v.item() if isinstance(v, np.generic) else v
+        if isinstance(v, np.ndarray):
+            return [norm(x) for x in v.tolist()]
+        return float(v).hex() if isinstance(v, float) else v if isinstance(v, (int, str)) else repr(v)
+
+    scalars = {name: norm(ds[name].values.item()) for name in sorted(ds.data_vars)
+               if ds[name].ndim == 0}
+    attrs = {k: norm(v) for k, v in sorted(ds.attrs.items()) if k != _DIGEST}
+    text = json.dumps({"scalars": scalars, "attrs": attrs}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _seal(ds: xr.Dataset) -> xr.Dataset:
+    """Turn on Fletcher-32 for every variable and record the scalar digest."""
+    for var in ds.variables.values():
+        var.encoding.update(_CHECKSUM)
+    ds.attrs[_DIGEST] = _scalar_digest(ds)
+    return ds
 
 
 def shard_name(point: int, chunk: int) -> str:
@@ -169,9 +201,7 @@ def _chunk_dataset(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.nd
     ds = xr.Dataset(data, coords, _shard_attrs(task, first=task.first, count=task.count,
                                                  x_max=x_max, nodes_visited=visited,
                                                  raw=int(task.raw)))
-    for var in ds.variables.values():
-        var.encoding.update(_CHECKSUM)
-    return ds
+    return _seal(ds)
 
 
 def _theory_dataset(task: TheoryTask) -> xr.Dataset:
@@ -193,9 +223,7 @@ def _theory_dataset(task: TheoryTask) -> xr.Dataset:
     ds = xr.Dataset(data, {"budget": task.budgets},
                     _shard_attrs(task, moments_exact=int(mom.exact), prediction_method=task.method,
                                  note=note))
-    for var in ds.variables.values():
-        var.encoding.update(_CHECKSUM)
-    return ds
+    return _seal(ds)
 
 
 def _prediction(family: Family, budgets: np.ndarray, method: str
@@ -247,6 +275,8 @@ def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
     except Exception:  # noqa: BLE001 - any failure to read (HDF5, netCDF, checksum) = corrupt
         return None
     a = ds.attrs
+    if a.get(_DIGEST) != _scalar_digest(ds):
+        return None
     expect = {"brwsim_shard_format": SHARD_FORMAT, "config_hash": config_hash,
               "point": point, "chunk": chunk}
     if chunk != THEORY_CHUNK:

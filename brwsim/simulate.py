@@ -13,32 +13,43 @@ from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
 from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, simulate_chunk
+from brwsim.validate import check_int, check_work_size, echo
 
 __all__ = ["simulate", "validate_budgets", "seed_key", "run_iterations", "summarize"]
 
 _CHUNK = 256
+#: Largest draft budget the kernels support.
+MAX_BUDGET = 1 << 26
+#: Most distinct budgets of one run or sweep.
+MAX_BUDGETS = 1 << 16
+#: Bytes per (policy, budget, iteration) result: accepted (int32), expected (float64), depth (int32).
+_BYTES_PER_RESULT = 16
 
 
 def validate_budgets(budgets: Any) -> np.ndarray:
     """Budgets as a sorted array of distinct positive int64, or a :class:`UserError`."""
+    if isinstance(budgets, (str, bytes)):
+        raise UserError(f"budgets must be a list of positive integers, got {echo(budgets)}")
     try:
         arr = np.asarray(budgets, dtype=np.float64).ravel()
-    except (TypeError, ValueError):
-        raise UserError(f"budgets must be positive integers, got {budgets!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"budgets must be positive integers, got {echo(budgets)}") from None
     if arr.size == 0:
         raise UserError("budgets must not be empty")
     if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 1):
         bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)) & (arr >= 1))][0]
         raise UserError(f"budgets must be positive integers (P >= 1), got {bad:g}")
-    if arr.max() > 1 << 26:
+    if arr.max() > MAX_BUDGET:
         raise UserError(f"budget {arr.max():g} exceeds the supported maximum 2**26")
-    return np.unique(arr.astype(np.int64))
+    out = np.unique(arr.astype(np.int64))
+    if out.size > MAX_BUDGETS:
+        raise UserError(f"{out.size} distinct budgets exceed the supported maximum {MAX_BUDGETS}")
+    return out
 
 
 def seed_key(seed: int) -> np.uint64:
     """64-bit root key of a seed (any non-negative int) through ``numpy.random.SeedSequence``."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = check_int("seed", seed, 0)
     return np.random.SeedSequence(int(seed)).generate_state(1, np.uint64)[0]
 
 
@@ -121,11 +132,13 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     if not isinstance(family, Family):
         raise UserError(f"family must be a brwsim family, got {family!r}")
     b = validate_budgets(budgets)
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
-        raise UserError(f"iterations must be a positive integer, got {iterations!r}")
+    iterations = check_int("iterations", iterations, 1)
     key = seed_key(seed)
-    spec = family.spec()
     pols = _policies(policies)
+    check_work_size(len(pols) * b.size * float(iterations) * _BYTES_PER_RESULT,
+                    f"simulate: {len(pols)} policies x {b.size} budgets x {iterations} iterations",
+                    "use fewer iterations or budgets, or a sweep (brwsim sweep --summary-only)")
+    spec = family.spec()
     # the optimal tree (capped or not) calls the kernel directly, its threshold carried over
     caps = [p.depth_cap if type(p).__name__ == "Optimal" else None for p in pols]
     shape = (len(pols), b.size, iterations)
@@ -288,7 +301,19 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
     xarray.Dataset
         ``accepted_mean``, ``accepted_se``, ``expected_mean``, ``expected_se``,
         ``tokens_per_call`` (mean X + 1), ``depth_mean`` over the ``iteration`` dim.
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        When ``ds`` is not a :func:`simulate` Dataset (no ``iteration`` dimension or no
+        ``accepted``, ``expected_accepted``, ``depth`` variables).
     """
+    if not isinstance(ds, xr.Dataset):
+        raise UserError(f"summarize needs an xarray.Dataset from simulate(), got {echo(ds)}")
+    missing = [v for v in ("accepted", "expected_accepted", "depth") if v not in ds]
+    if missing or "iteration" not in ds.dims:
+        what = f"variables {', '.join(missing)}" if missing else "an 'iteration' dimension"
+        raise UserError(f"summarize needs a Dataset from simulate(); this one has no {what}")
     n = ds.sizes["iteration"]
     root_n = math.sqrt(n)
     se = lambda v: ds[v].std("iteration", ddof=1) / root_n if n > 1 else ds[v] * np.nan  # noqa: E731

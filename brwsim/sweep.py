@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -32,7 +33,8 @@ import numpy as np
 
 from brwsim.config import Block, SweepConfig, load_config
 from brwsim.errors import UserError
-from brwsim.io import atomic_path
+from brwsim.validate import check_output_dir, echo
+from brwsim.io import atomic_path, write_error
 from brwsim.shards import (
     RAW_VARS,
     SUM_VARS,
@@ -135,19 +137,60 @@ def sweep(config: Any, out_dir: str | os.PathLike[str], jobs: int | None = None,
     start = time.perf_counter()
     cfg = load_config(config)
     _check_options(jobs, backend, scheduler)
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, "--out")
     raw = not summary_only
-    with _exclusive(out):
-        _claim(out, cfg)
-        _remove_temporaries(out)
-        tasks, infos, discarded = _plan(cfg, out, raw)
-        n_total = len(tasks) + len(infos)
-        nodes = _execute(tasks, infos, out, n_total, jobs, backend, scheduler,
-                         show=not quiet and sys.stderr.isatty())
-        path = _merge(out, cfg, infos, raw, command or f"brwsim.sweep({str(out)!r})")
+    with _exclusive(out) as state:
+        try:
+            _claim(out, cfg, state)
+            _remove_temporaries(out)
+            tasks, infos, discarded = _plan(cfg, out, raw, state)
+            n_total = len(tasks) + len(infos)
+            nodes = _execute(tasks, infos, out, n_total, jobs, backend, scheduler,
+                             show=not quiet and sys.stderr.isatty())
+            path = _merge(out, cfg, infos, raw, command or f"brwsim.sweep({str(out)!r})")
+        except BaseException:
+            _undo_claim(out, state)
+            raise
     return SweepReport(path, n_total, len(tasks), n_total - len(tasks), discarded, nodes,
                        time.perf_counter() - start)
 
+
+#: A dask scheduler address: [scheme://]host[:port] (host a name, an IPv4 or a [IPv6]).
+_ADDRESS = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
+                      r"(?::\d{1,5})?/?\Z|inproc://\S+\Z")
+
+
+@dataclass
+class _FolderState:
+    """What this call created in the output folder (undone when it fails before any shard)."""
+
+    created_dir: bool = False
+    created_lock: bool = False
+    created_config: bool = False
+    created_shards: bool = False
+
+
+def _undo_claim(out: Path, state: _FolderState) -> None:
+    """After a failure: remove what this call created, unless a shard (work) exists.
+
+    A sweep that fails before any task finished (a bad scheduler, memory, a foreign file in
+    the folder) leaves the folder as it found it, so a rerun is not refused as a claim by a
+    run that never happened. Runs with finished shards keep them: a rerun resumes.
+    """
+    shards = out / "shards"
+    if shards.is_dir() and any(shards.glob("p*.nc")):
+        return
+    with contextlib.suppress(OSError):
+        if state.created_shards:
+            for tmp in shards.glob(".*.tmp"):
+                tmp.unlink()
+            shards.rmdir()
+        if state.created_config:
+            (out / "config.json").unlink(missing_ok=True)
+        if state.created_lock:
+            (out / ".lock").unlink(missing_ok=True)     # still held: no one else has it
+        if state.created_dir:
+            out.rmdir()
 
 def _check_options(jobs: int | None, backend: str | None, scheduler: Any) -> None:
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
@@ -157,30 +200,46 @@ def _check_options(jobs: int | None, backend: str | None, scheduler: Any) -> Non
         raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if scheduler is not None and backend != "dask":
         raise UserError("a scheduler needs backend 'dask' (--backend dask)")
+    if isinstance(scheduler, str) and not _ADDRESS.match(scheduler.strip()):
+        raise UserError(f"--scheduler: {echo(scheduler)} is not a dask scheduler address "
+                        "(e.g. tcp://host:8786 or host:8786)")
 
 
 # --- the output folder -------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _exclusive(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``out/.lock`` (released by the OS even after SIGKILL)."""
+def _exclusive(out: Path) -> Iterator[_FolderState]:
+    """Hold an exclusive lock on ``out/.lock`` (released by the OS even after SIGKILL).
+
+    Yields what this call created (the folder, the lock file), for :func:`_undo_claim`.
+    """
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a folder")
+    state = _FolderState(created_dir=not out.exists())
     out.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no lock
-        yield
+        yield state
         return
-    with open(out / ".lock", "w") as fh:
+    lock = out / ".lock"
+    state.created_lock = not lock.exists()
+    try:
+        fh = open(lock, "w")
+    except OSError:
+        if state.created_dir:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise UserError(f"{out}: another brwsim sweep is running in this folder") from None
-        yield
+        yield state
 
 
-def _claim(out: Path, cfg: SweepConfig) -> None:
+def _claim(out: Path, cfg: SweepConfig, state: _FolderState) -> None:
     """Record the configuration in ``out/config.json``, or refuse a different one."""
     meta = out / "config.json"
     if meta.exists():
@@ -188,6 +247,9 @@ def _claim(out: Path, cfg: SweepConfig) -> None:
             stored = json.loads(meta.read_text())
         except (OSError, ValueError):
             raise UserError(f"{meta}: unreadable; use another --out folder or delete {out}") from None
+        if not isinstance(stored, dict):
+            raise UserError(f"{meta}: not a brwsim sweep state; use another --out folder or "
+                            f"delete {out}")
         if stored.get("config_hash") != cfg.hash:
             diff = _first_difference(stored.get("config"), cfg.normalized, "sweep")
             raise UserError(f"{out} holds a sweep of a different configuration ({diff}); "
@@ -197,6 +259,7 @@ def _claim(out: Path, cfg: SweepConfig) -> None:
         raise UserError(f"{out} holds sweep output but no config.json; use another --out folder")
     _write_text_atomic(meta, json.dumps({"format": _STATE_FORMAT, "config_hash": cfg.hash,
                                          "config": cfg.normalized}, indent=1, sort_keys=True))
+    state.created_config = True
 
 
 def _first_difference(old: Any, new: Any, path: str) -> str:
@@ -232,9 +295,11 @@ def _remove_temporaries(out: Path) -> None:
 
 # --- tasks -------------------------------------------------------------------------------
 
-def _plan(cfg: SweepConfig, out: Path, raw: bool) -> tuple[list[Task], dict[tuple[int, int], _ShardInfo], int]:
+def _plan(cfg: SweepConfig, out: Path, raw: bool, state: _FolderState
+          ) -> tuple[list[Task], dict[tuple[int, int], _ShardInfo], int]:
     """Tasks still to run, usable shards already present, and the number discarded."""
     shards = out / "shards"
+    state.created_shards = not shards.exists()
     shards.mkdir(exist_ok=True)
     todo: list[Task] = []
     infos: dict[tuple[int, int], _ShardInfo] = {}
@@ -362,8 +427,9 @@ def _dask_client(scheduler: Any, jobs: int | None) -> Iterator[Any]:
         return
     try:
         client = Client(scheduler, timeout="20s")
-    except (OSError, TimeoutError) as exc:
-        raise UserError(f"cannot connect to the dask scheduler {scheduler}: {exc}") from None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"cannot connect to the dask scheduler {echo(scheduler)}: "
+                        f"{' '.join(str(exc).split())[:200]}") from None
     with client:
         yield client
 
@@ -415,14 +481,18 @@ def _merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], _ShardInfo]
     from brwsim.io import provenance_attrs
 
     dest = out / RESULTS
-    with atomic_path(dest) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
-        attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
-        attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
-                     summary_only=int(not raw), iterations=cfg.iterations,
-                     chunk=cfg.chunk, prediction_method=cfg.prediction)
-        nc.setncatts(attrs)
-        for block in cfg.blocks:
-            _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
+    with atomic_path(dest) as tmp:
+        try:
+            with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
+                attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
+                attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
+                             summary_only=int(not raw), iterations=cfg.iterations,
+                             chunk=cfg.chunk, prediction_method=cfg.prediction)
+                nc.setncatts(attrs)
+                for block in cfg.blocks:
+                    _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
+        except (RuntimeError, OSError) as exc:
+            raise write_error(dest, exc) from None
     return dest
 
 

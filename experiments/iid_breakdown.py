@@ -20,6 +20,7 @@ Usage::
 
     python experiments/iid_breakdown.py            # full run (about 2 core-minutes)
     python experiments/iid_breakdown.py --quick    # smoke run: 4 strengths, P <= 256, 200 trees
+    python experiments/iid_breakdown.py --plot-only  # re-render data/iid_breakdown.png from the .nc
 
 Most of the quick run's time is the i.i.d. prediction of each Markov grid point (its
 marginal's spine-step law is sampled in Python, about 5 s per point), hence fewer strengths.
@@ -85,7 +86,15 @@ def main() -> None:
                     help=f"strengths {QUICK_STRENGTHS}, P <= 256, 200 trees, 3000 generated tokens")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(DATA / "iid_breakdown.nc"))
+    ap.add_argument("--plot-only", action="store_true",
+                    help="re-render the figure from the stored --out file, no simulation")
     args = ap.parse_args()
+    if args.plot_only:
+        out = Path(args.out)
+        with xr.open_dataset(out) as ds:
+            plot(ds.load(), out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.png')}")
+        return
     budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 13)])
     trees, tokens = (200, 3000) if args.quick else (1000, 20000)
     strengths = QUICK_STRENGTHS if args.quick else STRENGTHS
@@ -158,16 +167,30 @@ def main() -> None:
 
 
 def plot(ds: xr.Dataset, path: Path) -> None:
-    """Heatmaps of Monte Carlo / i.i.d. prediction over (strength, log2 P)."""
+    """Heatmaps of Monte Carlo / i.i.d. prediction over (strength, log2 P), and the n-grams.
+
+    The colour scale is logarithmic and centred on 1 (white), spanning the whole range of
+    both heatmaps, so a ratio of 5 is told from a ratio of 1.5 (a linear scale cut at 1.5
+    painted both the same); cell labels switch to white on dark cells. The n-gram curves
+    have their own markers and a small horizontal offset, so their error bars do not overlap.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
 
-    fig, axes = plt.subplots(1, ds.sizes["process"] + 1, figsize=(6 * (ds.sizes["process"] + 1), 3.8))
-    for ax, proc in zip(np.atleast_1d(axes), ds.process.values):
+    procs = list(ds.process.values)
+    ratios = np.concatenate([ds.ratio.sel(process=p).values.ravel() for p in procs])
+    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
+    span = float(max(np.max(ratios), 1.0 / np.min(ratios), 1.1))
+    norm = LogNorm(vmin=1.0 / span, vmax=span)
+    ticks = [t for t in (0.25, 0.5, 0.75, 1.0, 1.5, 2, 3, 4, 6, 8) if 1 / span <= t <= span]
+    fig, axes = plt.subplots(1, len(procs) + 1, figsize=(6.2 * (len(procs) + 1), 4.2),
+                             layout="constrained")
+    for ax, proc in zip(np.atleast_1d(axes), procs):
         r = ds.ratio.sel(process=proc).values
-        im = ax.imshow(r, aspect="auto", origin="lower", cmap="RdBu_r", vmin=0.5, vmax=1.5,
+        im = ax.imshow(r, aspect="auto", origin="lower", cmap="RdBu_r", norm=norm,
                        extent=[-0.5, ds.sizes["budget"] - 0.5, -0.5, ds.sizes["strength"] - 0.5])
         ax.set_xticks(range(ds.sizes["budget"]), [f"{int(np.log2(b))}" for b in ds.budget.values])
         ax.set_yticks(range(ds.sizes["strength"]), [f"{s:g}" for s in ds.strength.values])
@@ -175,21 +198,26 @@ def plot(ds: xr.Dataset, path: Path) -> None:
         ax.set_ylabel("persistence" if proc == "markov" else "rho")
         ax.set_title(f"{proc}: Monte Carlo / i.i.d. prediction")
         for (i, j), v in np.ndenumerate(r):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6)
-        fig.colorbar(im, ax=ax)
+            dark = abs(np.log(v)) > 0.55 * np.log(span) if np.isfinite(v) and v > 0 else False
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6.5,
+                    color="white" if dark else "black")
+        bar = fig.colorbar(im, ax=ax, ticks=ticks)
+        bar.ax.set_yticklabels([f"{t:g}" for t in ticks])
+        bar.ax.minorticks_off()
     if "ngram_ratio" in ds:
         ax = axes[-1]
         x = np.log2(ds.budget.values)
-        for c in ds.corpus.values:
+        for k, (c, marker) in enumerate(zip(ds.corpus.values, ("o", "s", "^", "D"))):
             d = ds.sel(corpus=c)
-            ax.errorbar(x, d.ngram_ratio, yerr=2 * d.ngram_mc_se / d.ngram_iid_prediction, marker="o",
-                        ms=3, label=f"{c} (order 5)")
-        ax.axhline(1.0, color="grey", lw=0.5)
+            ax.errorbar(x + 0.12 * (k - 0.5), d.ngram_ratio, yerr=2 * d.ngram_mc_se / d.ngram_iid_prediction,
+                        marker=marker, ms=4, capsize=2, lw=1.2, color=f"C{k}",
+                        label=f"{c} (order 5), ±2 SE")
+        ax.axhline(1.0, color="grey", lw=0.6)
         ax.set_xlabel("log2 P")
         ax.set_ylabel("Monte Carlo / i.i.d. prediction")
         ax.set_title("real text: character n-grams")
+        ax.grid(True, alpha=0.25)
         ax.legend()
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

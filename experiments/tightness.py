@@ -12,6 +12,7 @@ Usage::
 
     python experiments/tightness.py            # full run (about 60 core-minutes)
     python experiments/tightness.py --quick    # small smoke run (P <= 2**12, SE target 0.05)
+    python experiments/tightness.py --plot-only  # re-render data/tightness.png from the .nc
 """
 
 from __future__ import annotations
@@ -110,7 +111,14 @@ def to_dataset(rows: list[dict], budgets: np.ndarray, config: dict, seed: int) -
 
 
 def plot(ds: xr.Dataset, path: Path) -> None:
-    """Small multiples: E[X] against log2 P, Monte Carlo with error bars, bound, prediction."""
+    """Per family, three stacked panels sharing the log2 P axis.
+
+    Top: E[X] (Monte Carlo, open circles with ±2 SE bars, drawn over the renewal
+    prediction, an orange line with crosses, so both stay visible where they agree).
+    Middle: prediction / Monte Carlo with the ±2 SE band of the Monte Carlo, on its own
+    scale. Bottom: the paper's bound / Monte Carlo (1 = tight), so the bound no longer sets
+    the y-range of the data.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,23 +126,58 @@ def plot(ds: xr.Dataset, path: Path) -> None:
 
     n = ds.sizes["family"]
     cols = 4
-    fig, axes = plt.subplots(math.ceil(n / cols), cols, figsize=(4.2 * cols, 3.4 * math.ceil(n / cols)),
-                             squeeze=False)
+    rows = math.ceil(n / cols)
+    fig = plt.figure(figsize=(4.4 * cols, 5.6 * rows))
+    outer = fig.add_gridspec(rows, cols, hspace=0.22, wspace=0.3)
     x = np.log2(ds.budget.values)
-    for ax, fam in zip(axes.flat, ds.family.values):
+    mc_style = dict(fmt="o", ms=4.5, mfc="white", mec="C0", ecolor="C0", elinewidth=1, capsize=1.5,
+                    zorder=3)
+    first = None
+    for k, fam in enumerate(ds.family.values):
         d = ds.sel(family=fam)
-        ax.errorbar(x, d.expected_mean, yerr=2 * d.expected_se, fmt="o", ms=3, label="Monte Carlo E[X] (±2 SE)")
-        ax.plot(x, d.paper_bound, "r--", label="paper's bound (O(1) dropped)")
-        ax.plot(x, d.prediction, "k-", lw=1, label="renewal prediction")
-        ax.set_title(f"{fam}\nmu = {float(d.mu):.2f} nats", fontsize=8)
-        ax.set_xlabel("log2 P")
-        ax.set_ylabel("accepted tokens E[X]")
-        ax.set_ylim(0, max(float(d.expected_mean.max()) * 1.6, 1))
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        inner = outer[k // cols, k % cols].subgridspec(3, 1, height_ratios=[2.2, 1, 1], hspace=0.08)
+        ax = fig.add_subplot(inner[0])
+        ax_pred = fig.add_subplot(inner[1], sharex=ax)
+        ax_bound = fig.add_subplot(inner[2], sharex=ax)
+        e, se = d.expected_mean.values, d.expected_se.values
+        ax.plot(x, d.prediction.values, "-", color="C1", lw=1.6, marker="x", ms=4, zorder=2,
+                label="renewal prediction")
+        ax.errorbar(x, e, yerr=2 * se, label="Monte Carlo E[X] (±2 SE)", **mc_style)
+        ax.set_title(f"{fam}\nmu = {float(d.mu):.2f} nats, {int(d.trees)} trees", fontsize=8)
+        ax.set_ylabel("E[X] (tokens)", fontsize=8)
+        ax.set_ylim(0, max(float(np.nanmax(e + 2 * se)) * 1.08, 0.1))
+        ratio = d.prediction.values / e
+        band = 2 * se / e
+        ax_pred.fill_between(x, 1 - band, 1 + band, color="C0", alpha=0.2, lw=0,
+                             label="Monte Carlo ±2 SE")
+        ax_pred.axhline(1.0, color="0.5", lw=0.6)
+        ax_pred.plot(x, ratio, "-", color="C1", marker="x", ms=4, lw=1.2, label="prediction / MC")
+        dev = np.nanmax(np.abs(np.concatenate([ratio - 1, band])[np.isfinite(np.concatenate([ratio, band]))]))
+        lim = min(max(1.15 * dev, 0.01), 0.6)
+        ax_pred.set_ylim(1 - lim, 1 + lim)
+        ax_pred.set_ylabel("pred. / MC", fontsize=8)
+        bound = d.paper_bound.values / e
+        ok = np.isfinite(bound) & (bound > 0)
+        ax_bound.plot(x[ok], bound[ok], "s--", color="C3", ms=3, lw=1.2, label="paper's bound / MC")
+        ax_bound.axhline(1.0, color="0.5", lw=0.6)
+        ax_bound.set_ylim(0, max(float(np.nanmax(bound[ok], initial=1.0)) * 1.12, 1.5))
+        ax_bound.set_ylabel("bound / MC", fontsize=8)
+        ax_bound.set_xlabel("log2 P", fontsize=8)
+        for a in (ax, ax_pred):
+            a.tick_params(labelbottom=False)
+        for a in (ax, ax_pred, ax_bound):
+            a.tick_params(labelsize=7)
+            a.grid(True, alpha=0.25)
+        if first is None:
+            first = (ax, ax_pred, ax_bound)
+    handles = [h for a in first for h in a.get_legend_handles_labels()[0]]
+    labels = [lab for a in first for lab in a.get_legend_handles_labels()[1]]
+    seen = {}
+    for h, lab in zip(handles, labels):
+        seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="lower right", fontsize=9, frameon=False,
+               bbox_to_anchor=(0.97, 0.12))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -143,7 +186,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="P <= 2**12, SE target 0.05")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(DATA / "tightness.nc"))
+    ap.add_argument("--plot-only", action="store_true",
+                    help="re-render the figure from the stored --out file, no simulation")
     args = ap.parse_args()
+    if args.plot_only:
+        out = Path(args.out)
+        with xr.open_dataset(out) as ds:
+            plot(ds.load(), out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.png')}")
+        return
     p_max, se_target, min_trees, cap = (12, 0.05, 200, 2000) if args.quick else (20, 0.01, 400, 20000)
     budgets = validate_budgets([2 ** i for i in range(p_max + 1)])
     seed = 20251211

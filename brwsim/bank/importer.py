@@ -22,7 +22,7 @@ from brwsim.bank import jsonfile, npz
 from brwsim.bank.collect import BadInputWarning, Collector
 from brwsim.bank.store import bank_dataset
 from brwsim.errors import UserError
-from brwsim.families.base import check_int
+from brwsim.validate import check_int, check_output_path
 from brwsim.io import write_netcdf_atomic
 
 __all__ = ["import_logprobs", "READERS"]
@@ -116,6 +116,8 @@ def import_logprobs(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     col = Collector(skip_bad=skip_bad,
                     top_k=None if top_k is None else check_int("top_k", top_k, 1),
                     vocab=None if vocab is None else check_int("vocab", vocab, 1))
+    if out is not None:          # writable, before reading the inputs (not after)
+        check_output_path(out, "--out")
     for path in files:
         col.path = str(path)
         if not READERS[path.suffix.lower()](col, path):

@@ -17,6 +17,8 @@ from typing import Any
 
 from brwsim.bank import llamacpp, openai_json
 from brwsim.bank.collect import Collector, Sequences
+from brwsim.errors import UserError
+from brwsim.validate import check_json_depth
 
 __all__ = ["SUFFIXES", "read_json_file"]
 
@@ -57,8 +59,9 @@ def _looks_like_json_lines(path: Path) -> bool:
             if payload is None:
                 continue
             try:
+                check_json_depth(payload, str(path))
                 json.loads(payload)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UserError):
                 return False
             return True
     return True
@@ -78,7 +81,11 @@ def read_json_file(col: Collector, path: Path) -> bool:
             nonblank = True
             loc = f"{path}:{line}"
             try:
+                check_json_depth(payload, loc)
                 record = json.loads(payload)
+            except UserError as exc:
+                col.bad(loc, str(exc).removeprefix(f"{loc}: "), line_level=True)
+                continue
             except json.JSONDecodeError as exc:
                 col.bad(loc, f"malformed JSON: {exc.msg} (column {exc.colno})",
                         line_level=True)
@@ -92,7 +99,9 @@ def _read_json_document(col: Collector, path: Path, seqs: Sequences) -> bool:
     """Read a .json file holding one pretty-printed document (parsed whole)."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         try:
-            doc = json.load(fh)
+            text = fh.read()
+            check_json_depth(text, str(path))
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             col.bad(f"{path}:{exc.lineno}", f"malformed JSON: {exc.msg} (column "
                                             f"{exc.colno})", line_level=True)

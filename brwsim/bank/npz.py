@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from brwsim.bank.collect import Collector
+from brwsim.validate import check_work_size
 
 __all__ = ["SUFFIXES", "read_npz_file"]
 
@@ -75,6 +76,8 @@ def _open_npz_members(zf: zipfile.ZipFile, path: Path) -> dict[str, _NpyRows]:
     lp = members["logprobs"]
     if len(lp.shape) != 2:
         raise ValueError(f"'logprobs' must have shape (positions, k), got {lp.shape}")
+    # the bank keeps every position's probabilities (float64) in memory: refuse up front
+    check_work_size(float(lp.shape[0]) * lp.shape[1] * 8, f"'logprobs' of shape {lp.shape}")
     if lp.dtype.kind != "f":
         raise ValueError(f"'logprobs' must be a float array, got {lp.dtype}")
     for key in ("sampled_rank", "sampled_logprob", "sequence"):

@@ -20,11 +20,11 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from brwsim.errors import UserError
 from brwsim.kernels.dist import NF, NI
+from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
-           "REGISTRY", "PARAM_KINDS"]
+           "REGISTRY", "PARAM_KINDS", "check_int", "check_positive"]
 
 #: Parameter kinds a family declares (``Family.param_kinds``), and how a sweep reads them:
 #: ``scalar`` (a number or string; a list makes a grid), ``list`` (a list of numbers or
@@ -118,30 +118,6 @@ def distribution_moments(q: np.ndarray) -> tuple[float, float]:
     q = q[q > 0]
     lq = np.log(q)
     return float(-(q * lq).sum()), float((q * lq * lq).sum())
-
-
-def check_positive(name: str, value: float, *, allow_zero: bool = False) -> float:
-    """``value`` as a float, or a :class:`UserError` naming ``name``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise UserError(f"{name} must be a finite number {bound}, got {value!r}")
-    return v
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, or a :class:`UserError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class Family:

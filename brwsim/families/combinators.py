@@ -9,13 +9,14 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_positive
+from brwsim.validate import check_vector, echo
 
 __all__ = ["Mixture", "Tempered"]
 
 
 def _as_family(obj: Any, what: str) -> Family:
     if not isinstance(obj, Family):
-        raise UserError(f"{what} must be a family, got {obj!r}")
+        raise UserError(f"{what} must be a family, got {echo(obj)}")
     return obj
 
 
@@ -37,11 +38,12 @@ class Mixture(Family):
             if len(f.context_program()) > 1:
                 raise UserError(f"families[{i}]: a mixture of context-dependent families is not "
                                 "supported; use markovregime(persistence=0) for an i.i.d. mix")
-        w = np.ones(len(families)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+        w = np.ones(len(families)) if weights is None else check_vector("weights", weights)
         if w.size != len(self.families):
             raise UserError(f"mixture has {len(self.families)} families but {w.size} weights")
-        if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        if w.max() <= 0:
             raise UserError("mixture weights must be finite, non-negative and not all zero")
+        w = w / w.max()                       # no overflow of the sum (weights up to 1e308)
         self.weights = w / w.sum()
 
     def params(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from scipy import special
 
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
+from brwsim.validate import check_probabilities
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
@@ -94,16 +95,8 @@ class Fixed(Family):
     example = "fixed(probs=[0.5, 0.3, 0.15])"
 
     def __init__(self, probs: Any) -> None:
-        q = np.asarray(probs, dtype=np.float64).ravel() if not isinstance(probs, str) else None
-        if q is None or q.size == 0:
-            raise UserError(f"probs must be a non-empty list of probabilities, got {probs!r}")
-        if not np.all(np.isfinite(q)) or np.any(q < 0):
-            raise UserError("probs must be finite and non-negative")
-        if q.sum() > 1.0 + 1e-9:
-            raise UserError(f"probs must sum to at most 1, got {q.sum():.12g}")
+        q = check_probabilities("probs", probs)
         q = np.sort(q[q > 0])[::-1]
-        if q.size == 0:
-            raise UserError("probs must contain a positive probability")
         if q[0] >= 1.0:
             raise UserError("probs has a token of probability 1: every tree would be a chain "
                             "of P nodes (X = P); brwsim needs max(probs) < 1")

@@ -10,6 +10,9 @@ A call names a family (case-insensitive) or, inside ``entropytarget(entropies=..
 continuous ``scipy.stats`` distribution, e.g. ``lognorm(s=0.5, scale=1.5)``; the prefix
 ``stats.`` (the form families print) names one whose name is also a family's
 (``stats.uniform(loc=0.2, scale=0.25)``). A bare word (``bank.nc``) is a string.
+
+Limits: calls and lists nest at most :data:`brwsim.validate.MAX_NESTING` (32) levels; a
+keyword may be given once per call; error messages echo at most 120 characters of the text.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from scipy import stats
 
 from brwsim.errors import UserError
 from brwsim.families.base import REGISTRY, Family
+from brwsim.validate import MAX_NESTING, echo
 
 __all__ = ["FAMILIES", "DEFAULT_FAMILY", "parse_family"]
 
@@ -47,7 +51,7 @@ def _tokens(text: str, what: str = "family") -> list[tuple[str, str, int]]:
             break
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise UserError(f"cannot parse {what} {text!r} at character {pos}")
+            raise UserError(f"cannot parse {what} {echo(text)} at character {pos}")
         kind = m.lastgroup
         out.append((kind, m.group(kind), m.start(kind)))
         pos = m.end()
@@ -61,8 +65,11 @@ class _Parser:
         self.text = text
         self.what = what
         self.build = build or _build
+        if not isinstance(text, str):
+            raise UserError(f"a {what} must be given as a string, got {echo(text)}")
         self.toks = _tokens(text, what)
         self.i = 0
+        self.depth = 0
 
     def _peek(self) -> tuple[str, str, int] | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -70,7 +77,7 @@ class _Parser:
     def _fail(self, what: str) -> UserError:
         tok = self._peek()
         where = f"at character {tok[2]}" if tok else "at the end"
-        return UserError(f"cannot parse {self.what} {self.text!r}: expected {what} {where}")
+        return UserError(f"cannot parse {self.what} {echo(self.text)}: expected {what} {where}")
 
     def _expect(self, punct: str) -> None:
         tok = self._peek()
@@ -82,16 +89,20 @@ class _Parser:
         tok = self._peek()
         if tok is None:
             raise self._fail("a value")
-        kind, text, _ = tok
+        kind, text, pos = tok
         if kind == "num":
             self.i += 1
-            num = float(text)
-            return int(num) if re.fullmatch(r"[-+]?\d+", text) else num
+            if re.fullmatch(r"[-+]?\d+", text):
+                if len(text) > 40:
+                    raise UserError(f"{self.what}: integer {echo(text, 40)} has more than 40 digits")
+                return int(text)
+            return float(text)
         if kind == "str":
             self.i += 1
             return text[1:-1]
         if kind == "punct" and text == "[":
             self.i += 1
+            self._enter(pos)
             items = []
             if not self._at("]"):
                 items.append(self.value())
@@ -99,13 +110,24 @@ class _Parser:
                     self.i += 1
                     items.append(self.value())
             self._expect("]")
+            self.depth -= 1
             return items
         if kind == "word":
             self.i += 1
             if self._at("("):
-                return self.call(text)
+                self._enter(pos)
+                out = self.call(text)
+                self.depth -= 1
+                return out
             return text
         raise self._fail("a value")
+
+    def _enter(self, pos: int) -> None:
+        """One more level of calls and lists; refused beyond :data:`MAX_NESTING`."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise UserError(f"cannot parse {self.what}: calls and lists nested deeper than "
+                            f"{MAX_NESTING} levels (at character {pos})")
 
     def _at(self, punct: str) -> bool:
         tok = self._peek()
@@ -120,6 +142,9 @@ class _Parser:
                 tok = self._peek()
                 nxt = self.toks[self.i + 1] if self.i + 1 < len(self.toks) else None
                 if tok and tok[0] == "word" and nxt and nxt[0] == "punct" and nxt[1] == "=":
+                    if tok[1] in kwargs:
+                        raise UserError(f"{name}(): keyword {tok[1]!r} given twice "
+                                        f"(at character {tok[2]})")
                     self.i += 2
                     kwargs[tok[1]] = self.value()
                 else:
@@ -185,5 +210,5 @@ def parse_family(text: str) -> Family:
     """
     out = parse_text(text, _build, "family")
     if not isinstance(out, Family):
-        raise UserError(f"{text!r} is not a family; known: {', '.join(sorted(FAMILIES))}")
+        raise UserError(f"{echo(text)} is not a family; known: {', '.join(sorted(FAMILIES))}")
     return out
