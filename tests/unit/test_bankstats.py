@@ -333,7 +333,7 @@ def _text_file(tmp_path: Path) -> Path:
     (lambda tmp, bank: _text_file(tmp), [], "not a readable netCDF file"),
     (lambda tmp, bank: bank, ["--vocab", "2"], "position 0: 3 entries but --vocab is 2"),
     (lambda tmp, bank: bank, ["--vocab", "4"], "tail mass .* cannot be spread"),
-    (lambda tmp, bank: bank, ["--vocab", "0"], "vocab must be an integer >= 1"),
+    (lambda tmp, bank: bank, ["--vocab", "0"], "vocab must be a positive integer"),
     (lambda tmp, bank: bank, ["--budgets", "0"], "budgets must be"),
     (lambda tmp, bank: bank, ["--plot", "/nonexistent-dir/x.png"], "cannot write the figure"),
 ])
