@@ -30,6 +30,7 @@ from scipy import stats
 from scipy.optimize import brentq
 
 from brwsim.errors import UserError
+from brwsim.validate import MAX_VOCAB
 from brwsim.families import EntropyTarget
 from brwsim.theory import prediction
 from brwsim.validate import check_int
@@ -54,7 +55,7 @@ def _max_entropy(shape: str, vocab: int) -> float:
 def _check(shape: str, h: float, vocab: int) -> None:
     if shape not in SHAPES:
         raise UserError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
-    check_int("vocab", vocab, 2)
+    check_int("vocab", vocab, 2, MAX_VOCAB)
     top = _max_entropy(shape, vocab)
     if not (isinstance(h, (int, float, np.floating)) and 0 < h < top):
         raise UserError(f"mean entropy must be in (0, {top:.4g}) nats for shape {shape!r}, got {h!r}")

@@ -120,9 +120,10 @@ def _cmd_theory(args: argparse.Namespace) -> int:
 
     from brwsim.families import parse_family
     from brwsim.simulate import predictions, validate_budgets
-    from brwsim.theory import paper_bound
+    from brwsim.theory import check_family, paper_bound
 
     family = parse_family(args.family)
+    check_family(family)
     budgets = validate_budgets(parse_budgets(args.budgets))
     mom = family.moments()
     pred = predictions(family, budgets)

@@ -13,6 +13,7 @@ from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
 from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, simulate_chunk
+from brwsim.theory import check_family
 from brwsim.validate import check_int, check_work_size, echo
 
 __all__ = ["simulate", "validate_budgets", "seed_key", "run_iterations", "summarize"]
@@ -138,6 +139,7 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     check_work_size(len(pols) * b.size * float(iterations) * _BYTES_PER_RESULT,
                     f"simulate: {len(pols)} policies x {b.size} budgets x {iterations} iterations",
                     "use fewer iterations or budgets, or a sweep (brwsim sweep --summary-only)")
+    check_family(family)
     spec = family.spec()
     # the optimal tree (capped or not) calls the kernel directly, its threshold carried over
     caps = [p.depth_cap if type(p).__name__ == "Optimal" else None for p in pols]

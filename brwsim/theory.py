@@ -44,6 +44,7 @@ __all__ = [
     "prediction_with_se",
     "upper_bound",
     "exact_small_budget",
+    "check_family",
     "renewal_functions",
     "spine_steps",
     "MAX_EXACT_ATOMS",
@@ -433,6 +434,53 @@ def prediction(
         if not getattr(moments, "exact", True):
             moments = None
     return _asymptotic(steps, P.ravel(), moments).reshape(P.shape)
+
+
+def check_family(family) -> None:
+    """Refuse, in one line, a family whose parameters are valid but degenerate in float64.
+
+    Builds the family's kernel tables, moments and spine law with floating-point warnings
+    silenced, and raises instead of letting NaN, inf or a traceback reach the user:
+    tables that cannot be built (``softmaxnormal(sigma=1e308, ...)``), infinite moments
+    (``dirichlet(alpha=1e308, ...)``), a most likely token of probability 1 in float64
+    (``zipf(s=800, vocab=10)``, ``geometric(r=1e-300)``: every tree is a chain), listed
+    tokens of no mass (``fixed(probs=[1e-300, 1e-300])``) or a mean entropy whose square
+    underflows.
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        Naming the family and what degenerates.
+    """
+    import warnings
+
+    from brwsim.validate import echo
+
+    what = echo(repr(family))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            family.spec()
+            mom = family.moments()
+            law = spine_steps(family)
+            mass = law.mass
+        except UserError:
+            raise
+        except (ValueError, ArithmeticError) as exc:
+            raise UserError(f"{what}: valid parameters, but its numbers degenerate in float64 "
+                            f"({exc})") from None
+    if not (math.isfinite(mom.mu) and math.isfinite(mom.mu2)):
+        raise UserError(f"{what}: valid parameters, but its numbers degenerate in float64 "
+                        f"(mu = {mom.mu:g}, mu2 = {mom.mu2:g})")
+    if mass < 1e-12:
+        raise UserError(f"{what}: the listed tokens hold mass {mass:.3g}: every tree's E[X] is "
+                        "0 in float64")
+    if mom.mu < 1e-9 and mass >= 1 - 1e-9:
+        raise UserError(f"{what}: the most likely token has probability 1 in float64 (mean "
+                        f"entropy {mom.mu:.3g} nats): every tree is a chain of P nodes (X = P)")
+    if mom.mu < 1e-100:
+        raise UserError(f"{what}: mean entropy {mom.mu:.3g} nats: its square underflows in "
+                        "float64")
 
 
 def exact_small_budget(family) -> float:

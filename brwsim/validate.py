@@ -37,6 +37,8 @@ __all__ = ["MAX_ECHO", "MAX_NESTING", "echo", "check_int", "check_positive", "ch
 MAX_ECHO = 120
 #: Deepest nesting accepted in family/policy strings and in one JSON line.
 MAX_NESTING = 32
+#: Largest vocabulary a family accepts (2**40 tokens: ranks and counts stay exact in float64).
+MAX_VOCAB = 1 << 40
 
 
 def echo(value: Any, limit: int = MAX_ECHO) -> str:

@@ -12,6 +12,7 @@ import xarray as xr
 
 from brwsim.bank.store import bank_entropies, load_bank
 from brwsim.errors import UserError
+from brwsim.validate import MAX_VOCAB
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.families.parametric import _log_or_minf, tempered_listed
 from brwsim.kernels import dist as K
@@ -176,7 +177,7 @@ class EntropyTarget(Family):
         if shape == "zipf":
             if vocab is None:
                 raise UserError("shape='zipf' needs vocab")
-            self.vocab = check_int("vocab", vocab, 2)
+            self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
             hmax = math.log(self.vocab)
         else:
             self.vocab = None

@@ -9,6 +9,7 @@ import numpy as np
 from scipy import special
 
 from brwsim.errors import UserError
+from brwsim.validate import MAX_VOCAB
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.validate import check_probabilities
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
@@ -209,7 +210,7 @@ class Zipf(Family):
 
     def __init__(self, s: float, vocab: int, spread: float = 0.0) -> None:
         self.s = check_positive("s", s, allow_zero=True)
-        self.vocab = check_int("vocab", vocab, 2)
+        self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
         self.spread = check_positive("spread", spread, allow_zero=True)
         if self.spread > self.s:
             raise UserError(f"spread must be at most s (exponents stay >= 0), got spread={spread!r} > s={s!r}")
@@ -301,7 +302,7 @@ class Dirichlet(_OrderStatFamily):
 
     def __init__(self, alpha: float, vocab: int) -> None:
         self.alpha = check_positive("alpha", alpha)
-        self.vocab = check_int("vocab", vocab, 2)
+        self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
 
     def _param(self) -> float:
         return self.alpha
@@ -348,7 +349,7 @@ class SoftmaxNormal(_OrderStatFamily):
 
     def __init__(self, sigma: float, vocab: int) -> None:
         self.sigma = check_positive("sigma", sigma, allow_zero=True)
-        self.vocab = check_int("vocab", vocab, 2)
+        self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
 
     def _param(self) -> float:
         return self.sigma
@@ -375,7 +376,7 @@ class Peaked(Family):
         self.a = check_positive("a", a)
         self.b = check_positive("b", b)
         self.s = check_positive("s", s, allow_zero=True)
-        self.vocab = check_int("vocab", vocab, 2)
+        self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
 
     def params(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "s": self.s, "vocab": self.vocab}
