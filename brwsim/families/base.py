@@ -24,7 +24,8 @@ from brwsim.kernels.dist import NF, NI
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
-           "REGISTRY", "PARAM_KINDS", "check_int", "check_positive"]
+           "REGISTRY", "PARAM_KINDS", "check_int", "check_positive", "tempered_listed",
+           "log_or_minf"]
 
 #: Parameter kinds a family declares (``Family.param_kinds``), and how a sweep reads them:
 #: ``scalar`` (a number or string; a list makes a grid), ``list`` (a list of numbers or
@@ -112,6 +113,27 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
                 max(comp.head_cap for comp in comps),
                 np.zeros(1) if cprog is None else np.asarray(cprog, dtype=np.float64))
 
+
+
+def tempered_listed(q: np.ndarray, beta: float) -> np.ndarray:
+    """Temper listed probabilities ``q`` (sum <= 1) with the missing mass as one token.
+
+    Returns q**beta / Z sorted descending, Z = sum q**beta + (1 - sum q)**beta, so the
+    missing mass stays a token outside any tree.
+    """
+    q = np.sort(np.asarray(q, dtype=np.float64))[::-1]
+    if beta == 1.0:
+        return q
+    tail = max(0.0, 1.0 - q.sum())
+    w = q ** beta
+    z = w.sum() + (tail ** beta if tail > 1e-15 else 0.0)
+    return w / z
+
+
+def log_or_minf(q: np.ndarray) -> np.ndarray:
+    """``log(q)`` with ``-inf`` (no warning) where q is 0."""
+    with np.errstate(divide="ignore"):
+        return np.log(q)
 
 def distribution_moments(q: np.ndarray) -> tuple[float, float]:
     """Entropy and second log-moment, (-sum q log q, sum q (log q)**2), over q > 0."""

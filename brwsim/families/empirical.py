@@ -1,28 +1,19 @@
-"""Families built from measured data: Empirical (a bank of rows) and EntropyTarget."""
+"""Empirical: every node resamples a recorded top-k probability row."""
 
 from __future__ import annotations
 
-import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from brwsim.bank.store import bank_entropies, load_bank
+from brwsim.bank.store import load_bank
 from brwsim.errors import UserError
-from brwsim.validate import MAX_VOCAB
-from brwsim.families.base import Component, Family, Moments, check_int
-from brwsim.families.parametric import _log_or_minf, tempered_listed
+from brwsim.families.base import (Component, Family, Moments, log_or_minf, tempered_listed)
 from brwsim.kernels import dist as K
-from brwsim.kernels.special import zipf_sum
 
-__all__ = ["Empirical", "EntropyTarget", "validate_rows"]
-
-_QUANTILE_POINTS = 4096
-_ZIPF_S_MAX = 60.0
-_MIN_ENTROPY = 1e-9
+__all__ = ['Empirical', 'validate_rows']
 
 
 def validate_rows(rows: Any, what: str = "bank") -> np.ndarray:
@@ -97,7 +88,7 @@ class Empirical(Family):
 
     def components(self, beta: float = 1.0) -> list[Component]:
         rows = np.array([tempered_listed(r, beta) for r in self.rows]) if beta != 1.0 else self.rows
-        return [Component(K.BANK, ipar=[rows.shape[0], rows.shape[1]], data=_log_or_minf(rows))]
+        return [Component(K.BANK, ipar=[rows.shape[0], rows.shape[1]], data=log_or_minf(rows))]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         row = self.rows[rng.integers(self.rows.shape[0])]
@@ -105,7 +96,7 @@ class Empirical(Family):
 
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         q = self.rows
-        lq = _log_or_minf(np.where(q > 0, q, 1.0))
+        lq = log_or_minf(np.where(q > 0, q, 1.0))
         h = -(q * lq).sum(axis=1)
         m2 = (q * lq * lq).sum(axis=1)
         return Moments(float(h.mean()), float(m2.mean()), h2=float((h * h).mean()))
@@ -124,153 +115,3 @@ class Empirical(Family):
         if beta == 1.0:
             return self
         return Empirical(np.array([tempered_listed(r, beta) for r in self.rows]))
-
-
-def _entropy_values(entropies: Any, hmax: float) -> np.ndarray:
-    if hasattr(entropies, "ppf"):          # a frozen scipy.stats distribution
-        u = (np.arange(_QUANTILE_POINTS) + 0.5) / _QUANTILE_POINTS
-        vals = np.asarray(entropies.ppf(u), dtype=np.float64)
-        if not np.all(np.isfinite(vals)):
-            raise UserError("entropies: the distribution's quantiles are not finite")
-        return np.clip(vals, _MIN_ENTROPY, hmax)
-    vals = np.asarray(entropies, dtype=np.float64).ravel()
-    if vals.size == 0 or not np.all(np.isfinite(vals)):
-        raise UserError("entropies must be a non-empty array of finite values (nats)")
-    if (vals < 0).any() or (vals > hmax + 1e-12).any():
-        raise UserError(f"entropies must lie in [0, {hmax:.6g}] nats for this shape, "
-                        f"got range [{vals.min():.6g}, {vals.max():.6g}]")
-    if (vals <= 0).all():
-        raise UserError("entropies are all 0: every tree would be a chain (X = P)")
-    return np.clip(vals, _MIN_ENTROPY, hmax)
-
-
-class EntropyTarget(Family):
-    """Each node draws an entropy and gets a distribution of a given shape with exactly it.
-
-    Parameters
-    ----------
-    entropies : array-like, frozen scipy.stats distribution, bank path or bank Dataset
-        Entropy samples in nats (e.g. measured from a real model; each node picks one
-        uniformly), or a distribution, discretised at 4096 quantile midpoints and clipped
-        to the shape's range, or a bank written by ``brwsim import-logprobs`` (a path, str
-        or ``os.PathLike``, or the ``xarray.Dataset``): one value per position, its
-        ``entropy_lower`` where ``entropy_upper`` is infinite (bank without a vocabulary
-        size) and ``(entropy_lower + entropy_upper) / 2`` otherwise
-        (:func:`brwsim.bank.bank_entropies`), clipped to the shape's range
-        ``[0, log(vocab)]`` (Zipf) or ``[0, inf)`` (geometric).
-    shape : {"geometric", "zipf"}
-        q_i = (1 - r) r**i (infinite vocabulary), or q_i proportional to i**-s over
-        ``vocab`` tokens. The parameter is solved per entropy value by safeguarded
-        Newton to 1e-12 relative accuracy.
-    vocab : int, optional
-        Vocabulary of the Zipf shape (required for it).
-    """
-
-    name = "entropytarget"
-    param_kinds = {"entropies": "list"}
-    example = "entropytarget(entropies=[0.5, 1.5], shape=zipf, vocab=100)"
-
-    def __init__(self, entropies: Any, shape: str = "geometric", vocab: int | None = None) -> None:
-        if shape not in ("geometric", "zipf"):
-            raise UserError(f"shape must be 'geometric' or 'zipf', got {shape!r}")
-        self.shape = shape
-        if shape == "zipf":
-            if vocab is None:
-                raise UserError("shape='zipf' needs vocab")
-            self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
-            hmax = math.log(self.vocab)
-        else:
-            self.vocab = None
-            hmax = math.inf
-        self._source = entropies if hasattr(entropies, "ppf") else None
-        if isinstance(entropies, (str, os.PathLike, xr.Dataset)):
-            if not isinstance(entropies, xr.Dataset):
-                self._source = entropies = str(entropies)
-                if not Path(entropies).is_file():
-                    raise UserError(f"entropies: no such bank file {entropies!r} (give entropy "
-                                    "values in nats, a distribution such as lognorm(s=0.5), "
-                                    "or a bank written by brwsim import-logprobs)")
-            entropies = np.clip(bank_entropies(entropies), 0.0, hmax)
-        self.entropies = _entropy_values(entropies, hmax)
-        code = 0 if shape == "geometric" else 1
-        vocab_i = self.vocab or 0
-        hi = 1.0 - 1e-16 if code == 0 else _ZIPF_S_MAX
-        self.params_per_value = np.array(
-            [K.entropy_shape_param(code, h, vocab_i, 0.0, hi) for h in self.entropies])
-
-    def params(self) -> dict[str, Any]:
-        if isinstance(self._source, str):
-            src: Any = self._source
-        else:
-            src = self._source if self._source is not None else self.entropies.tolist()
-        out: dict[str, Any] = {"entropies": src, "shape": self.shape}
-        if self.vocab is not None:
-            out["vocab"] = self.vocab
-        return out
-
-    def _tempered(self, beta: float) -> np.ndarray:
-        p = self.params_per_value
-        return p ** beta if self.shape == "geometric" else p * beta
-
-    def components(self, beta: float = 1.0) -> list[Component]:
-        param = self._tempered(beta)
-        if self.shape == "geometric":
-            log_norm = np.zeros_like(param)
-        else:
-            log_norm = np.log([zipf_sum(self.vocab, s, 0) for s in param])
-        return [Component(K.ENTROPY, ipar=[self.vocab or 0],
-                          data=np.column_stack([param, log_norm]).ravel())]
-
-    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
-        from brwsim.families.parametric import Geometric, Zipf
-
-        param = self._tempered(beta)[rng.integers(self.entropies.size)]
-        if self.shape == "geometric":
-            return Geometric(param).sample_full(rng) if param > 0 else np.array([1.0])
-        return Zipf(param, self.vocab).sample_full(rng)
-
-    def top1_mean(self) -> float:
-        """Mean top-1 probability over the entropy values: 1 - r (geometric) or 1 / Z(s)."""
-        p = self.params_per_value
-        if self.shape == "geometric":
-            return float(np.mean(1.0 - p))
-        return float(np.mean([1.0 / zipf_sum(self.vocab, s, 0) for s in p]))
-
-    def spine_law(self):
-        """The exact spine-step law: each distinct shape parameter's law, weighted by its share.
-
-        Geometric values contribute their atoms, Zipf values their exact
-        :class:`~brwsim.spinelaw.ZipfLaw` (up to 64 distinct values) or atoms; a law that
-        would need more than :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (thousands of
-        distinct values on a large vocabulary) is sampled instead.
-        """
-        from brwsim.families.parametric import Geometric, Zipf, _zipf_moments_at
-        from brwsim.spinelaw import (MAX_EXACT_ATOMS, SampledLaw, SpineSteps, ZipfLaw,
-                                     geometric_atom_count, mixture_law)
-
-        values, counts = np.unique(self.params_per_value, return_counts=True)
-        share = counts / counts.sum()
-        if self.shape == "zipf" and values.size <= 64 and self.vocab > 65_536:
-            laws = [ZipfLaw(v, self.vocab, mu=h, mu2=m2)
-                    for v, (h, m2) in ((v, _zipf_moments_at(v, self.vocab)) for v in values)]
-            return mixture_law(laws, share)
-        if self.shape == "zipf":
-            atoms = values.size * self.vocab
-        else:                                      # r = 0 is one atom (q = [1])
-            atoms = sum(geometric_atom_count(v) if v > 0 else 1 for v in values)
-        if atoms > MAX_EXACT_ATOMS:
-            return SampledLaw(self)
-        laws = [Geometric(v).spine_law() if self.shape == "geometric" and v > 0
-                else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
-                else Zipf(v, self.vocab, spread=0).spine_law() for v in values]
-        return mixture_law(laws, share)
-
-    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
-        from brwsim.families.parametric import Geometric, _zipf_moments_at
-
-        if self.shape == "geometric":
-            m2 = [Geometric(r).moments().mu2 if r > 0 else 0.0 for r in self.params_per_value]
-        else:
-            m2 = [_zipf_moments_at(s, self.vocab)[1] for s in self.params_per_value]
-        h = self.entropies
-        return Moments(float(h.mean()), float(np.mean(m2)), h2=float((h * h).mean()))

@@ -15,7 +15,7 @@ from scipy import stats
 
 from brwsim import Dirichlet, SoftmaxNormal, simulate
 from brwsim.environment import node_logprobs
-from brwsim.families.parametric import LAZY_ABOVE
+from brwsim.families.orderstat import LAZY_ABOVE
 from brwsim.reference import best_first, sampling_provider
 
 N_NODES = 1500

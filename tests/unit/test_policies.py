@@ -297,7 +297,7 @@ def test_noisy_against_python(sigma, temp, family):
 
 def _contextual():
     """Context-dependent environments: a child's law depends on its parent's level."""
-    ctx = pytest.importorskip("brwsim.families.contextual")
+    ctx = pytest.importorskip("brwsim.families")
     return [ctx.MarkovRegime([Dirichlet(0.3, 20), Fixed([0.9, 0.05])], weights=[0.5, 0.5],
                              persistence=0.8),
             ctx.DepthDrift([Dirichlet(0.3, 20), Zipf(1.2, 100), Fixed([0.6, 0.3])]),

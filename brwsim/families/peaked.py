@@ -1,0 +1,103 @@
+"""Peaked: a Beta top-1 mass and a Zipf rest, the shape of LLM next-token laws."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from brwsim import spinelaw as SL
+from brwsim.families.base import (Component, Family, Moments, check_int, check_positive)
+from brwsim.kernels import dist as K
+from brwsim.kernels.special import zipf_sum
+from brwsim.validate import MAX_VOCAB
+from brwsim.families.zipf import Zipf, _zipf_moments_at
+
+__all__ = ['Peaked']
+
+
+class Peaked(Family):
+    """Top-1 mass m ~ Beta(a, b); the other 1 - m spread Zipf(s) over the other vocab - 1 tokens.
+
+    The shape of real LLM next-token distributions: most positions nearly certain.
+    """
+
+    name = "peaked"
+    example = "peaked(a=2.0, b=1.0, s=1.1, vocab=100)"
+
+    def __init__(self, a: float, b: float, s: float, vocab: int) -> None:
+        self.a = check_positive("a", a)
+        self.b = check_positive("b", b)
+        self.s = check_positive("s", s, allow_zero=True)
+        self.vocab = check_int("vocab", vocab, 2, MAX_VOCAB)
+
+    def params(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "s": self.s, "vocab": self.vocab}
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        log_h1 = math.log(zipf_sum(self.vocab - 1, self.s, 0))
+        log_hb = math.log(zipf_sum(self.vocab - 1, beta * self.s, 0))
+        return [Component(K.PEAKED, [self.a, self.b, beta * self.s, beta, log_h1, log_hb], [self.vocab])]
+
+    def _zipf_part(self) -> tuple[float, float, float]:
+        """Entropy, sum z log^2 z and ``-sum z log z`` moments of the Zipf part (V - 1 tokens)."""
+        if self.vocab == 2:
+            return 0.0, 0.0, 0.0
+        h, m2 = _zipf_moments_at(self.s, self.vocab - 1)
+        return h, m2, h
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        """Exact: Beta moments of ``m log m`` (digamma, trigamma) and the Zipf part's sums;
+        E[H^2] by 64-point Gauss-Jacobi quadrature over the top-1 mass."""
+        a, b = self.a, self.b
+        hz, m2z, _ = self._zipf_part()
+        psi, psi1 = special.digamma, lambda x: special.polygamma(1, x)
+
+        def xlogx(p, o):          # E[m log m], E[m log^2 m] for m ~ Beta(p, o)
+            d = psi(p + 1) - psi(p + o + 1)
+            return p / (p + o) * d, p / (p + o) * (d * d + psi1(p + 1) - psi1(p + o + 1))
+
+        e1m, e2m = xlogx(a, b)            # top-1 token
+        e1c, e2c = xlogx(b, a)            # its complement 1 - m
+        mean_c = b / (a + b)
+        mu = float(-e1m - e1c + mean_c * hz)
+        # sum over the Zipf part of (1-m) z (log(1-m) + log z)^2
+        mu2 = float(e2m + e2c + 2 * e1c * (-hz) + mean_c * m2z)
+        x, w = special.roots_jacobi(64, b - 1.0, a - 1.0)   # weight (1-x)^(b-1) (1+x)^(a-1)
+        m = (x + 1.0) / 2.0
+        w = w / w.sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ent = -np.nan_to_num(m * np.log(m)) - np.nan_to_num((1 - m) * np.log1p(-m)) \
+                + (1 - m) * hz
+        return Moments(mu, mu2, h2=float(w @ ent ** 2))
+
+    def spine_law(self) -> SL.SpineLaw:
+        """Exact: ``-log m`` weighted by m (Beta(a + 1, b)) plus the convolution of
+        ``-log(1 - m)`` weighted by 1 - m (Beta(b + 1, a)) with the fixed Zipf law."""
+        a, b = self.a, self.b
+        mom = self.moments()
+        top = SL.beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
+        comp = SL.beta_step_law(b + 1.0, a, b, a, b / (a + b), 1.0, math.nan, math.nan)
+        if self.vocab == 2:
+            zipf = SL.SpineSteps.atoms([0.0], [1.0])
+        else:
+            zipf = Zipf(self.s, self.vocab - 1).spine_law()
+        rest = SL.ConvolvedLaw(comp, zipf, math.nan, math.nan)
+        return SL.SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
+
+    def top1_mean(self) -> float:
+        """E[max(m, (1 - m) z_1)] with z_1 the largest Zipf share: two incomplete betas."""
+        a, b = self.a, self.b
+        z1 = 1.0 if self.vocab == 2 else 1.0 / zipf_sum(self.vocab - 1, self.s, 0)
+        c = z1 / (1.0 + z1)                      # m > c  <=>  m > (1 - m) z_1
+        top = a / (a + b) * special.betaincc(a + 1.0, b, c)
+        rest = z1 * b / (a + b) * special.betainc(a, b + 1.0, c)
+        return float(top + rest)
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        m = rng.beta(self.a, self.b)
+        z = np.arange(1, self.vocab, dtype=np.float64) ** -self.s
+        w = np.concatenate(([m], (1.0 - m) * z / z.sum())) ** beta
+        return np.sort(w / w.sum())[::-1]
