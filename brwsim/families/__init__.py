@@ -21,12 +21,12 @@ from brwsim.families.geometric import Geometric
 from brwsim.families.markovregime import MarkovRegime
 from brwsim.families.mixture import Mixture
 from brwsim.families.ngram import NGram
+from brwsim.families.parse import DEFAULT_FAMILY, FAMILIES, parse_family
 from brwsim.families.peaked import Peaked
 from brwsim.families.softmaxnormal import SoftmaxNormal
 from brwsim.families.tempered import Tempered
 from brwsim.families.uniform import Uniform
 from brwsim.families.zipf import Zipf
-from brwsim.families.parse import FAMILIES, DEFAULT_FAMILY, parse_family
 
 __all__ = ["Family", "Moments", "REGISTRY", "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet",
            "SoftmaxNormal", "Peaked", "Mixture", "EntropyTarget", "Tempered", "Empirical",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family)
+from brwsim.families.base import Component, Family
 
 __all__ = []
 

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.kernels import dist as K
 from brwsim.families.entropytarget import EntropyTarget
+from brwsim.kernels import dist as K
 
-__all__ = ['CorrelatedEntropy']
+__all__ = ["CorrelatedEntropy"]
 
 
 class CorrelatedEntropy(EntropyTarget):

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.families.base import (Component, Family, Moments, check_positive)
-from brwsim.kernels import dist as K
+from brwsim.families.base import Component, Family, Moments, check_positive
 from brwsim.families.context import _families, _ranges
 from brwsim.families.tempered import Tempered
+from brwsim.kernels import dist as K
 
-__all__ = ['DepthDrift']
+__all__ = ["DepthDrift"]
 
 
 class DepthDrift(Family):

@@ -8,11 +8,11 @@ import numpy as np
 from scipy import special
 
 from brwsim import spinelaw as SL
-from brwsim.families.base import (Moments, check_int, check_positive)
-from brwsim.validate import MAX_VOCAB
+from brwsim.families.base import Moments, check_int, check_positive
 from brwsim.families.orderstat import _OrderStatFamily
+from brwsim.validate import MAX_VOCAB
 
-__all__ = ['Dirichlet']
+__all__ = ["Dirichlet"]
 
 
 class Dirichlet(_OrderStatFamily):

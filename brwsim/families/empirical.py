@@ -10,7 +10,13 @@ import xarray as xr
 
 from brwsim.bank.store import load_bank
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments, log_or_minf, tempered_listed)
+from brwsim.families.base import (
+    Component,
+    Family,
+    Moments,
+    log_or_minf,
+    tempered_listed,
+)
 from brwsim.kernels import dist as K
 
 __all__ = ['Empirical', 'validate_rows']

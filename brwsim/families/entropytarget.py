@@ -12,14 +12,14 @@ import xarray as xr
 
 from brwsim.bank.store import bank_entropies
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments, check_int)
+from brwsim.families.base import Component, Family, Moments, check_int
+from brwsim.families.geometric import Geometric
+from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
 from brwsim.validate import MAX_VOCAB
-from brwsim.families.geometric import Geometric
-from brwsim.families.zipf import Zipf, _zipf_moments_at
 
-__all__ = ['EntropyTarget']
+__all__ = ["EntropyTarget"]
 
 
 _QUANTILE_POINTS = 4096
@@ -148,8 +148,14 @@ class EntropyTarget(Family):
         would need more than :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (thousands of
         distinct values on a large vocabulary) is sampled instead.
         """
-        from brwsim.spinelaw import (MAX_EXACT_ATOMS, SampledLaw, SpineSteps, ZipfLaw,
-                                     geometric_atom_count, mixture_law)
+        from brwsim.spinelaw import (
+            MAX_EXACT_ATOMS,
+            SampledLaw,
+            SpineSteps,
+            ZipfLaw,
+            geometric_atom_count,
+            mixture_law,
+        )
 
         values, counts = np.unique(self.params_per_value, return_counts=True)
         share = counts / counts.sum()

@@ -8,11 +8,17 @@ import numpy as np
 
 from brwsim import spinelaw as SL
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments, log_or_minf, tempered_listed)
+from brwsim.families.base import (
+    Component,
+    Family,
+    Moments,
+    log_or_minf,
+    tempered_listed,
+)
 from brwsim.kernels import dist as K
 from brwsim.validate import check_probabilities
 
-__all__ = ['Fixed']
+__all__ = ["Fixed"]
 
 
 class Fixed(Family):

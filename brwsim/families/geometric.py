@@ -9,10 +9,10 @@ import numpy as np
 
 from brwsim import spinelaw as SL
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments, check_positive)
+from brwsim.families.base import Component, Family, Moments, check_positive
 from brwsim.kernels import dist as K
 
-__all__ = ['Geometric']
+__all__ = ["Geometric"]
 
 
 class Geometric(Family):

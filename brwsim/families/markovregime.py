@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments)
-from brwsim.kernels import dist as K
+from brwsim.families.base import Component, Family, Moments
 from brwsim.families.context import _families, _ranges
 from brwsim.families.mixture import Mixture
+from brwsim.kernels import dist as K
 
-__all__ = ['MarkovRegime']
+__all__ = ["MarkovRegime"]
 
 
 class MarkovRegime(Family):

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments)
+from brwsim.families.base import Component, Family, Moments
 from brwsim.validate import check_vector, echo
 
-__all__ = ['Mixture']
+__all__ = ["Mixture"]
 
 
 def _as_family(obj: Any, what: str) -> Family:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-
-from brwsim.families.base import (Component, Family)
+from brwsim.families.base import Component, Family
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table
 from brwsim.kernels import dist as K
 

@@ -9,13 +9,13 @@ import numpy as np
 from scipy import special
 
 from brwsim import spinelaw as SL
-from brwsim.families.base import (Component, Family, Moments, check_int, check_positive)
+from brwsim.families.base import Component, Family, Moments, check_int, check_positive
+from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
 from brwsim.validate import MAX_VOCAB
-from brwsim.families.zipf import Zipf, _zipf_moments_at
 
-__all__ = ['Peaked']
+__all__ = ["Peaked"]
 
 
 class Peaked(Family):

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.families.base import (check_int, check_positive)
-from brwsim.validate import MAX_VOCAB
+from brwsim.families.base import check_int, check_positive
 from brwsim.families.orderstat import _OrderStatFamily
+from brwsim.validate import MAX_VOCAB
 
-__all__ = ['SoftmaxNormal']
+__all__ = ["SoftmaxNormal"]
 
 
 class SoftmaxNormal(_OrderStatFamily):

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.families.base import (Component, Family, Moments, check_positive)
+from brwsim.families.base import Component, Family, Moments, check_positive
 from brwsim.families.mixture import _as_family
 
-__all__ = ['Tempered']
+__all__ = ["Tempered"]
 
 
 class Tempered(Family):

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from brwsim import spinelaw as SL
-from brwsim.families.base import (Component, Family, Moments, check_int)
+from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
 
-__all__ = ['Uniform']
+__all__ = ["Uniform"]
 
 
 class Uniform(Family):

@@ -9,13 +9,13 @@ import numpy as np
 
 from brwsim import spinelaw as SL
 from brwsim.errors import UserError
-from brwsim.families.base import (Component, Family, Moments, check_int, check_positive)
+from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.families.tables import zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
 from brwsim.validate import MAX_VOCAB
 
-__all__ = ['Zipf']
+__all__ = ["Zipf"]
 
 
 _GL_NODES = 48
