@@ -1,6 +1,6 @@
 """brwsim: Monte Carlo speed-of-light of speculative decoding on branching random walks."""
 
-__version__ = "0.1.0"
+from brwsim.version import __version__
 
 from brwsim.errors import UserError
 from brwsim.families import (
@@ -9,7 +9,7 @@ from brwsim.families import (
 )
 from brwsim.simulate import policy_gap, simulate, summarize
 from brwsim import bank, policies
-from brwsim.bank.stats import bank_stats
+from brwsim.bankstats import bank_stats
 from brwsim.generate import generate, path_moments
 from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
 from brwsim.sweep import sweep

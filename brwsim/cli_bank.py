@@ -1,7 +1,7 @@
 """The bank subcommands of the CLI: ``brwsim import-logprobs`` and ``brwsim bank-stats``.
 
 Argument handling and printing only; the work is done by :func:`brwsim.bank.import_logprobs`
-and :func:`brwsim.bank.stats.bank_stats`.
+and :func:`brwsim.bankstats.bank_stats`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import xarray as xr
 
 from brwsim.bank import BadInputWarning, import_logprobs
-from brwsim.bank.stats import BankStats, bank_stats, histogram_bins, plot_entropy_histogram
+from brwsim.bankstats import BankStats, bank_stats, histogram_bins, plot_entropy_histogram
 from brwsim.cli_format import format_table, parse_budgets
 
 __all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]

@@ -300,7 +300,7 @@ def _positive_int(path: str, value: Any) -> int:
 
 
 def _budgets(value: Any) -> np.ndarray:
-    from brwsim.cli import parse_budgets
+    from brwsim.cli_format import parse_budgets
     from brwsim.simulate import validate_budgets
 
     if isinstance(value, str):

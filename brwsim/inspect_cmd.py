@@ -121,7 +121,7 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 
 def _point_table(pt: xr.Dataset) -> str:
-    from brwsim.cli import format_table
+    from brwsim.cli_format import format_table
 
     header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth"]
     cols = ["accepted_mean", "accepted_se", "tokens_per_call", "expected_mean", "expected_se",

@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from brwsim.errors import UserError
+from brwsim.version import __version__
+
 __all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "write_error", "open_dataset"]
 
 CONVENTIONS = "CF-1.10"
@@ -75,7 +78,6 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
     """
     import numba
 
-    from brwsim import __version__
 
     now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     return {
@@ -161,7 +163,6 @@ def write_error(path: Path, exc: BaseException, nbytes: float = 0) -> Exception:
     space of the destination's file system tells the cases apart. Other errors are
     returned unchanged (a programming error must still show its traceback).
     """
-    from brwsim.errors import UserError
     from brwsim.validate import format_bytes
 
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -36,7 +37,7 @@ from brwsim.kernels.spine import FLOOR, SPLIT, _sample_cells, _zipf_cdfs
 
 __all__ = ["SpineLaw", "SpineSteps", "CdfLaw", "SumLaw", "ConvolvedLaw", "SampledLaw",
            "beta_step_law", "ZipfLaw", "zipf_spread_law", "sampled_law", "mixture_law",
-           "MODES", "X_CAP", "MAX_EXACT_ATOMS", "geometric_atom_count"]
+           "MODES", "X_CAP", "MAX_EXACT_ATOMS", "geometric_atom_count", "Moments"]
 
 MODES = {"split": SPLIT, "floor": FLOOR}
 #: Exact atom lists longer than this are replaced by closed-form or sampled laws.
@@ -44,6 +45,32 @@ MAX_EXACT_ATOMS = 4_000_000
 #: Steps beyond this many nats are never below a threshold (budgets <= 2**26 need < 30).
 X_CAP = 64.0
 _STOCHASTIC_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Spine-step moments of a family (natural logarithms).
+
+    Attributes
+    ----------
+    mu, mu2 : float
+        E[H(q)] and E[sum_i q_i (log q_i)**2].
+    mu_se, mu2_se : float
+        Their standard errors (0 when exact).
+    h2, h2_se : float
+        E[H(q)**2] and its standard error: the other reading of the paper's "second
+        moment" (docs/design.md, section 1).
+    exact : bool
+        True when computed in closed form or by quadrature (error below 1e-9).
+    """
+
+    mu: float
+    mu2: float
+    mu_se: float = 0.0
+    mu2_se: float = 0.0
+    h2: float = math.nan
+    h2_se: float = 0.0
+    exact: bool = True
 
 
 def geometric_atom_count(r: float) -> int:
@@ -559,7 +586,6 @@ class SampledLaw(SpineLaw):
 
     def __init__(self, family, rank_budget: int = 1_000_000, batches: int = 10, seed: int = 0,
                  eps: float = 1e-9) -> None:
-        from brwsim.families.base import Moments
         from brwsim.simulate import seed_key
 
         spec = family.spec()

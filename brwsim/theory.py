@@ -117,13 +117,10 @@ def spine_steps(family) -> SpineLaw:
     """
     if isinstance(family, SpineLaw):
         return family
-    law = getattr(family, "spine_law", None)
-    if not callable(law):
+    cached = getattr(family, "cached_spine_law", None)
+    if not callable(cached):
         raise UserError(f"cannot get the spine-step law of {family!r}: not a brwsim family")
-    memo = family.__dict__.setdefault("_brwsim_memo", {})
-    if "spine_law" not in memo:
-        memo["spine_law"] = law()
-    return memo["spine_law"]
+    return cached()
 
 
 # --------------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ Modules, one concept each:
 * :mod:`brwsim.bank.bounds`: the entropy and second log-moment bounds;
 * :mod:`brwsim.bank.collect` and :mod:`brwsim.bank.importer`: one import, file by file;
 * :mod:`brwsim.bank.store`: the bank's variables, writing and validated reading;
-* :mod:`brwsim.bank.stats`: moments, bounds and predicted E[X] of a bank. It builds on the
-  families and the theory, which themselves read banks through :mod:`brwsim.bank.store`,
-  so it is not imported here: use ``from brwsim.bank.stats import bank_stats``.
+:mod:`brwsim.bankstats` (moments, bounds and predicted E[X] of a bank) builds on the
+families and the theory, which themselves read banks through :mod:`brwsim.bank.store`,
+so it lives above them, outside this package.
 """
 
 from __future__ import annotations

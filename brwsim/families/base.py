@@ -21,6 +21,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from brwsim.kernels.dist import NF, NI
+from brwsim.spinelaw import Moments, SampledLaw
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
@@ -35,32 +36,6 @@ __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distributi
 PARAM_KINDS = ("scalar", "list", "matrix", "family", "families")
 #: Every family class by its string name, filled by :meth:`Family.__init_subclass__`.
 REGISTRY: dict[str, type["Family"]] = {}
-
-
-@dataclass(frozen=True)
-class Moments:
-    """Spine-step moments of a family (natural logarithms).
-
-    Attributes
-    ----------
-    mu, mu2 : float
-        E[H(q)] and E[sum_i q_i (log q_i)**2].
-    mu_se, mu2_se : float
-        Their standard errors (0 when exact).
-    h2, h2_se : float
-        E[H(q)**2] and its standard error: the other reading of the paper's "second
-        moment" (docs/design.md, section 1).
-    exact : bool
-        True when computed in closed form or by quadrature (error below 1e-9).
-    """
-
-    mu: float
-    mu2: float
-    mu_se: float = 0.0
-    mu2_se: float = 0.0
-    h2: float = math.nan
-    h2_se: float = 0.0
-    exact: bool = True
 
 
 @dataclass
@@ -218,13 +193,19 @@ class Family:
         (:class:`~brwsim.spinelaw.SampledLaw`), so predictions carry a standard error.
         :func:`brwsim.theory.spine_steps` computes it once per instance.
         """
-        from brwsim.spinelaw import SampledLaw
-
         return SampledLaw(self)
 
     def top1_mean(self) -> float | None:
         """E[max_i q_i], the exact E[X] at budget P = 1, where a closed form exists (else None)."""
         return None
+
+    def cached_spine_law(self):
+        """:meth:`spine_law`, computed once per instance (families never change after
+        construction); the memo is not pickled, so workers recompute it."""
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        if "spine_law" not in memo:
+            memo["spine_law"] = self.spine_law()
+        return memo["spine_law"]
 
     def tempered_family(self, beta: float) -> "Family | None":
         """An equivalent family of the tempered law ``q**beta`` renormalised, or None.
@@ -242,9 +223,7 @@ class Family:
         entropies that :class:`~brwsim.spinelaw.SampledLaw` records while it samples the
         spine law (``n`` and ``seed`` are ignored).
         """
-        from brwsim.theory import spine_steps
-
-        law = spine_steps(self)
+        law = self.cached_spine_law()
         if hasattr(law, "moments"):
             return law.moments
         return Moments(law.mu, law.mu2, exact=law.exact)

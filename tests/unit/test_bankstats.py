@@ -18,7 +18,7 @@ import xarray as xr
 
 from brwsim import Empirical, EntropyTarget
 from brwsim.bank import bank_entropies, import_logprobs
-from brwsim.bank.stats import bank_stats
+from brwsim.bankstats import bank_stats
 from brwsim.cli import main
 from brwsim.errors import UserError
 from brwsim.families import parse_family

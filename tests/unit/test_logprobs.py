@@ -730,7 +730,7 @@ def test_bank_api_is_reachable_in_a_fresh_interpreter(first_import):
 
     code = (f"import {first_import}\nimport brwsim\n"
             "assert callable(brwsim.bank.import_logprobs) and callable(brwsim.bank.load_bank)\n"
-            "assert brwsim.bank_stats is brwsim.bank.stats.bank_stats\n")
+            "assert brwsim.bank_stats is brwsim.bankstats.bank_stats\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[2], timeout=300)
     assert done.returncode == 0, done.stderr
