@@ -12,9 +12,12 @@ from brwsim import policies
 from brwsim.generate import generate, path_moments
 from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
 from brwsim.sweep import sweep
+from brwsim import cost
+from brwsim.plan import plan
 
 __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
            "CorrelatedEntropy", "NGram", "policies", "Optimal", "Chain", "KAry", "Expansion",
-           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep"]
+           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep",
+           "cost", "plan"]
