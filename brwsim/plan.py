@@ -26,9 +26,9 @@ from brwsim.cost import CostModel
 from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.io import provenance_attrs
-from brwsim.simulate import simulate, summarize, validate_batch, validate_budgets
+from brwsim.simulate import simulate, validate_batch, validate_budgets
 
-__all__ = ["plan", "plan_from_runs"]
+__all__ = ["plan", "plan_from_runs", "speedup_from_sums", "best_budget"]
 
 
 def _batch_sizes(batch_sizes: Any) -> list[int]:
@@ -93,15 +93,53 @@ def plan(family: Family, cost: CostModel, batch_sizes: Sequence[int], budgets: S
     return out
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """mean(num) / mean(den) over the last axis and its delta-method standard error."""
-    n = num.shape[-1]
-    mn, md = num.mean(-1), den.mean(-1)
-    r = mn / md
-    if n < 2:
-        return r, np.full_like(r, np.nan)
-    resid = num - r[..., None] * den
-    return r, resid.std(-1, ddof=1) / (math.sqrt(n) * md)
+def speedup_from_sums(cost: CostModel, batch: int, budgets: np.ndarray, n: int, e_sum: np.ndarray,
+                      e_sumsq: np.ndarray, d_sum: np.ndarray, d_sumsq: np.ndarray,
+                      ed_sum: np.ndarray) -> dict[str, np.ndarray]:
+    """Throughput statistics per budget from sums over n steps of E[X_F | F] (e) and depth (d).
+
+    The step time is linear in the depth, T = a + c d (``c`` the drafter's per-level
+    cost), so mean T = a + c mean d, and the renewal-reward rate r = (B + mean e) / mean T
+    has the delta-method standard error sd(B + e - r T) / (sqrt(n) mean T), with
+    Var(e - r c d) = Var e - 2 r c Cov(e, d) + (r c)^2 Var d from the sums.
+
+    Returns
+    -------
+    dict
+        ``step_time`` (mean s) and ``step_time_se``, ``tokens_per_second`` (whole batch),
+        ``speedup`` over plain decoding and ``speedup_se``, ``tokens_per_call`` (per
+        request) and ``tokens_per_call_se``, ``plain_step_time`` (scalar).
+    """
+    B = float(batch)
+    p = np.asarray(budgets, np.float64)
+    c = cost.drafter.per_level
+    a = cost.step_time(B, p, 0.0)
+    me, md = e_sum / n, d_sum / n
+    t_mean = a + c * md
+    plain = float(cost.plain_time(B))
+    rate = (B + me) / t_mean
+    if n > 1:
+        var_e = np.maximum(e_sumsq - e_sum * me, 0.0) / (n - 1)
+        var_d = np.maximum(d_sumsq - d_sum * md, 0.0) / (n - 1)
+        cov = (ed_sum - e_sum * md) / (n - 1)
+        var_r = np.maximum(var_e - 2 * rate * c * cov + (rate * c) ** 2 * var_d, 0.0)
+        rate_se = np.sqrt(var_r / n) / t_mean
+        t_se = c * np.sqrt(var_d / n)
+        e_se = np.sqrt(var_e / n)
+    else:
+        rate_se = t_se = e_se = np.full(p.shape, np.nan)
+    return {"step_time": t_mean, "step_time_se": t_se, "tokens_per_second": rate,
+            "speedup": rate * plain / B, "speedup_se": rate_se * plain / B,
+            "tokens_per_call": 1.0 + me / B, "tokens_per_call_se": e_se / B,
+            "plain_step_time": plain}
+
+
+def best_budget(budgets: np.ndarray, speedup: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P* (0 where no budget beats plain decoding) and its index (-1 then) along the last axis."""
+    idx = np.argmax(speedup, axis=-1)
+    best = np.take_along_axis(speedup, idx[..., None], -1)[..., 0]
+    pays = best > 1.0
+    return np.where(pays, np.asarray(budgets)[idx], 0), np.where(pays, idx, -1)
 
 
 def plan_from_runs(runs: Sequence[xr.Dataset], cost: CostModel) -> xr.Dataset:
@@ -125,24 +163,22 @@ def plan_from_runs(runs: Sequence[xr.Dataset], cost: CostModel) -> xr.Dataset:
             raise UserError("runs must share the same budgets")
         e = run["expected_accepted"].values.astype(np.float64)          # (budget, iteration)
         d = run["depth"].values.astype(np.float64)
-        n_it = e.shape[1]
-        t = cost.step_time(B, budgets[:, None], d)                        # (budget, iteration)
-        t = np.broadcast_to(t, e.shape)
-        plain[i] = float(cost.plain_time(B))
-        rate, rate_se = _ratio(B + e, t)                                  # tokens per second
-        curves["tokens_per_second"][i] = rate
-        curves["speedup"][i] = rate * plain[i] / B
-        curves["speedup_se"][i] = rate_se * plain[i] / B
-        curves["tokens_per_call"][i] = 1.0 + e.mean(1) / B
-        curves["tokens_per_call_se"][i] = (e.std(1, ddof=1) / math.sqrt(n_it) / B if n_it > 1
-                                           else np.nan)
-        curves["step_time"][i] = t.mean(1)
-        curves["step_time_se"][i] = t.std(1, ddof=1) / math.sqrt(n_it) if n_it > 1 else np.nan
+        fs = lambda x: np.array([math.fsum(row) for row in x])          # noqa: E731
+        stats = speedup_from_sums(cost, B, budgets, e.shape[1], fs(e), fs(e * e), fs(d), fs(d * d),
+                                  fs(e * d))
+        plain[i] = stats.pop("plain_step_time")
+        for name, value in stats.items():
+            curves[name][i] = value
         curves["depth_mean"][i] = d.mean(1)
-        curves["sharing_gain"][i] = (summarize(run)["sharing_gain"].values if B > 1 else 1.0)
-    best = np.argmax(curves["speedup"], axis=1)
+        if "expected_accepted_split" in run:
+            split = run["expected_accepted_split"].values.mean(1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                curves["sharing_gain"][i] = np.where(split > 0, e.mean(1) / split, np.nan)
+        else:                            # a single tree is its own split
+            curves["sharing_gain"][i] = 1.0 if B == 1 else np.nan
+    p_star, best = best_budget(budgets, curves["speedup"])
     rows = np.arange(len(runs))
-    pays = curves["speedup"][rows, best] > 1.0
+    pays = best >= 0
     pick = lambda f, plain_value: np.where(pays, curves[f][rows, best], plain_value)  # noqa: E731
     dims = ("batch", "budget")
     a = lambda long, units: {"long_name": long, "units": units}  # noqa: E731
@@ -158,7 +194,7 @@ def plan_from_runs(runs: Sequence[xr.Dataset], cost: CostModel) -> xr.Dataset:
         "sharing_gain": (dims, curves["sharing_gain"],
                          a("E[X | shared budget] / E[X | equal split] on the same roots", "1")),
         "tokens_per_second": (dims, curves["tokens_per_second"], a("tokens per second, whole batch", "s-1")),
-        "best_budget": ("batch", np.where(pays, budgets[best], 0),
+        "best_budget": ("batch", p_star,
                         a("P*: budget of the highest speedup (0: plain decoding is fastest)", "1")),
         "best_speedup": ("batch", pick("speedup", 1.0), a("speedup at P*", "1")),
         "best_speedup_se": ("batch", pick("speedup_se", 0.0), a("standard error of best_speedup", "1")),

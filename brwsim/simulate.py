@@ -248,7 +248,7 @@ def _simulate_batch(family: Family, b: np.ndarray, iterations: int, seed: int, k
         bar.close()
     config = {"family": repr(family), "budgets": b.tolist(), "iterations": int(iterations),
               "seed": str(seed), "batch": batch}
-    ds = make_dataset(family, b, acc, exp, dep, config, seed, command)
+    ds = make_dataset(family, b, acc, exp, dep, config, seed, command, theory=False)
     return add_batch_variables(ds, batch, acc_s, exp_s)
 
 
@@ -298,15 +298,17 @@ def _policies(policies: Sequence[Any] | None) -> list[Any]:
 
 def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.ndarray,
                  dep: np.ndarray, config: dict[str, Any], seed: int, command: str = "",
-                 policies: list[str] | None = None) -> xr.Dataset:
+                 policies: list[str] | None = None, theory: bool = True) -> xr.Dataset:
     """Wrap per-iteration arrays, the family's moments and the paper's bound in a Dataset.
 
-    With ``policies`` (labels) the arrays carry a leading ``policy`` dimension.
+    With ``policies`` (labels) the arrays carry a leading ``policy`` dimension. With
+    ``theory`` False the single-tree theory curves over ``budget`` are neither computed
+    nor stored (batch forests, which they do not describe).
     """
     from brwsim.theory import paper_bound
 
     mom = _memo(family, "moments", family.moments)
-    pred_num, pred_asy = predictions(family, budgets)
+    pred_num, pred_asy = predictions(family, budgets) if theory else (budgets * np.nan,) * 2
     n_it = acc.shape[-1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
                                              "units": "1"}),
@@ -339,6 +341,8 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
         "prediction_asymptotic": xr.Variable(("budget",), pred_asy, {
             "long_name": "key-renewal-theorem asymptotic of E[X] (NaN on lattices)", "units": "1"}),
     }
+    if not theory:
+        data = {k: v for k, v in data.items() if v.dims != ("budget",)}
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
     attrs["family"] = repr(family)
     attrs["moments_exact"] = int(mom.exact)
