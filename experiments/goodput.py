@@ -18,7 +18,7 @@ flagged (``fits`` = 0) and left out of the figure.
 
 Usage::
 
-    python experiments/goodput.py [--quick] [--jobs 2]
+    python experiments/goodput.py [--quick] [--jobs 2] [--replot]
 """
 
 from __future__ import annotations
@@ -84,7 +84,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer trees, batch sizes and budgets")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(DATA / "goodput.nc"))
+    ap.add_argument("--replot", action="store_true", help="redraw the figure from --out, no simulation")
     args = ap.parse_args()
+    if args.replot:
+        from brwsim.io import open_dataset
+
+        out = Path(args.out)
+        ds = open_dataset(out)
+        figure(ds, out.with_suffix(".png"))
+        report(ds)
+        return
     budgets = budgets_for(args.quick)
     batches = [1, 4, 16, 64] if args.quick else BATCHES
     trees = 60 if args.quick else 400
@@ -181,7 +190,8 @@ def figure(ds: xr.Dataset, path: Path) -> None:
             label = str(ds.config.values[j])
             axes[0, i].errorbar(b[ok], ds.best_speedup.values[i, j][ok], ds.best_speedup_se.values[i, j][ok],
                                 ls=style, color=color, marker="o", ms=3, label=label)
-            axes[1, i].plot(b[ok], np.maximum(ds.best_budget.values[i, j][ok], 0.5) / b[ok], ls=style,
+            pays = ok & (ds.best_budget.values[i, j] > 0)       # P* = 0: speculation does not pay
+            axes[1, i].plot(b[pays], ds.best_budget.values[i, j][pays] / b[pays], ls=style,
                             color=color, marker="o", ms=3, label=label)
         for per in (1, 4, 16):
             k = [np.nonzero(ds.budget.values == per * bb)[0] for bb in b]
@@ -192,7 +202,7 @@ def figure(ds: xr.Dataset, path: Path) -> None:
         axes[0, i].axhline(1.0, color="grey", lw=0.8)
         axes[0, i].set_title(fam, fontsize=10)
         axes[0, i].set_ylabel("speed-of-light speedup at P*")
-        axes[1, i].set_ylabel("P* / B (draft nodes per request)")
+        axes[1, i].set_ylabel("P* / B (draft nodes per request; none: P* = 0)")
         axes[1, i].set_yscale("log", base=2)
         axes[2, i].set_ylabel("shared / equal-split E[X]")
         for r in range(3):
