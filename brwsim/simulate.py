@@ -388,10 +388,10 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
     -------
     xarray.Dataset
         ``accepted_mean``, ``accepted_se``, ``expected_mean``, ``expected_se``,
-        ``tokens_per_call`` (mean X + B: every request advances its accepted tokens plus
-        one), ``depth_mean`` over the ``iteration`` dim. For B > 1 also
+        ``tokens_per_call`` (tokens per request per call, 1 + mean X / B; B = 1: tau = X + 1),
+        ``depth_mean`` over the ``iteration`` dim. For B > 1 also
         ``accepted_per_request``, ``expected_per_request`` (and their ``_se``),
-        ``tokens_per_request`` (1 + mean X / B), ``split_expected_mean``,
+        ``tokens_per_batch_call`` (mean X + B), ``split_expected_mean``,
         ``split_expected_se``, ``split_accepted_mean``, ``sharing_gain`` (mean E[X | shared]
         / mean E[X | split], paired on the same roots) and ``sharing_gain_se``.
     """
@@ -406,12 +406,12 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
         "depth_mean": ds["depth"].mean("iteration"),
     })
     batch = int(ds.attrs.get("batch", 1))
-    out["tokens_per_call"] = out["accepted_mean"] + float(batch)
+    out["tokens_per_call"] = out["accepted_mean"] / batch + 1.0
     if batch > 1 and "expected_accepted_split" in ds:
         for name in ("accepted", "expected"):
             out[f"{name}_per_request"] = out[f"{name}_mean"] / batch
             out[f"{name}_per_request_se"] = out[f"{name}_se"] / batch
-        out["tokens_per_request"] = 1.0 + out["accepted_per_request"]
+        out["tokens_per_batch_call"] = out["accepted_mean"] + float(batch)
         out["split_accepted_mean"] = ds["accepted_split"].mean("iteration")
         out["split_expected_mean"] = ds["expected_accepted_split"].mean("iteration")
         out["split_expected_se"] = se("expected_accepted_split")

@@ -393,8 +393,7 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Any, str, str]] = {
     "accepted_mean": (("budget",), np.float64, "mean accepted draft tokens X", _UNITS_1),
     "accepted_se": (("budget",), np.float64, "standard error of accepted_mean", _UNITS_1),
     "batch": ((), np.int64, "requests B sharing each budget (1: a single tree)", _UNITS_1),
-    "tokens_per_call": (("budget",), np.float64, "mean tokens per verifier call, X + B (B = 1: tau = X + 1)", _UNITS_1),
-    "tokens_per_request": (("budget",), np.float64, "mean tokens per request per call, 1 + X / B", _UNITS_1),
+    "tokens_per_call": (("budget",), np.float64, "mean tokens per request per verifier call, 1 + X / B (B = 1: tau = X + 1)", _UNITS_1),
     "expected_sum": (("budget",), np.float64, "sum over iterations of E[X | T_P]", _UNITS_1),
     "expected_sumsq": (("budget",), np.float64, "sum over iterations of E[X | T_P]^2", _UNITS_1),
     "expected_mean": (("budget",), np.float64, "mean of E[X | T_P] (Rao-Blackwellised estimate of E[X])", _UNITS_1),
@@ -579,8 +578,7 @@ class _BlockWriter:
             mean, se = _mean_se(total[f"{prefix}_sum"], total[f"{prefix}_sumsq"], n)
             put(f"{prefix}_mean", mean)
             put(f"{prefix}_se", se)
-        put("tokens_per_call", total["accepted_sum"] / n + batch)
-        put("tokens_per_request", total["accepted_sum"] / (n * batch) + 1.0)
+        put("tokens_per_call", total["accepted_sum"] / (n * batch) + 1.0)
         put("depth_mean", total["depth_sum"] / n)
         self._split(total, n, put)
         if self.cfg.cost is not None:

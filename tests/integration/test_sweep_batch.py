@@ -65,7 +65,7 @@ def test_batch_grid_and_cost(tmp_path):
             np.testing.assert_array_equal(pt["expected_accepted"].values, exp)
             np.testing.assert_allclose(pt["expected_mean"].values, exp.mean(1), rtol=1e-13)
             np.testing.assert_allclose(pt["split_expected_mean"].values, exp_s.mean(1), rtol=1e-13)
-            np.testing.assert_allclose(pt["tokens_per_call"].values, acc.mean(1) + batch, rtol=1e-13)
+            np.testing.assert_allclose(pt["tokens_per_call"].values, 1 + acc.mean(1) / batch, rtol=1e-13)
             assert np.all(pt["sharing_gain"].values >= 1 - 1e-12)
             if batch == 1:
                 np.testing.assert_allclose(pt["sharing_gain"].values, 1.0, rtol=1e-13)

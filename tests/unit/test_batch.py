@@ -216,6 +216,6 @@ def test_summarize_per_request():
     ds = simulate(Dirichlet(0.3, 50), [4, 32], 30, seed=1, batch=4)
     s = summarize(ds)
     np.testing.assert_allclose(s.expected_per_request, ds.expected_accepted.mean("iteration") / 4)
-    np.testing.assert_allclose(s.tokens_per_request, 1 + ds.accepted.mean("iteration") / 4)
-    np.testing.assert_allclose(s.tokens_per_call, 4 + ds.accepted.mean("iteration"))
+    np.testing.assert_allclose(s.tokens_per_call, 1 + ds.accepted.mean("iteration") / 4)
+    np.testing.assert_allclose(s.tokens_per_batch_call, 4 + ds.accepted.mean("iteration"))
     assert "paper_bound" not in ds and ds.attrs["batch"] == 4
