@@ -80,9 +80,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise UserError(f"--seed must be >= 0, got {args.seed}")
     policies = _run_policies(args.policy)
+    if args.batch < 1:
+        raise UserError(f"--batch must be >= 1 (B >= 1), got {args.batch}")
+    if args.batch > 1 and policies:
+        raise UserError("--policy cannot be combined with --batch > 1 (only the optimal allocation)")
     show = not args.quiet and sys.stderr.isatty()
-    ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show,
+    ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show, batch=args.batch,
                   policies=policies, command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    if args.batch > 1:
+        return _batch_run_table(ds, family, args)
     opt = ds.isel(policy=0) if policies else ds          # the optimal policy comes first
     s = summarize(opt)
     mu, mu2 = float(ds["mu"]), float(ds["mu2"])
@@ -103,6 +109,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(format_table(rows, header))
     if policies:
         print(_policy_table(ds))
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
+    """``brwsim run --batch B``: forest totals, per-request tokens and the equal split."""
+    from brwsim.io import write_netcdf_atomic
+    from brwsim.simulate import summarize
+
+    s = summarize(ds)
+    b = args.batch
+    rows = []
+    for i, p in enumerate(ds["budget"].values):
+        rows.append([str(p), f"{p / b:.3g}", f"{float(s.expected_mean[i]):.4f}", f"{float(s.expected_se[i]):.4f}",
+                     f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.split_expected_mean[i]):.4f}",
+                     f"{float(s.sharing_gain[i]):.4f}", f"{float(s.sharing_gain_se[i]):.4f}",
+                     f"{float(s.depth_mean[i]):.2f}"])
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}   batch: {b}")
+    print(format_table(rows, ["P", "P/B", "E[X_F|F]", "SE", "tokens/request", "split E[X]",
+                              "shared/split", "SE", "depth"]))
+    print("E[X_F|F]: accepted tokens of the whole batch; tokens/request = 1 + mean X_F / B; "
+          "split: P/B nodes per request (remainder to the first)")
     if args.out:
         write_netcdf_atomic(ds, args.out)
         print(f"wrote {args.out}")
@@ -272,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--policy", action="append", metavar="POLICY",
                      help="also evaluate a drafting policy on the same trees, e.g. "
                           "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
+    run.add_argument("--batch", type=int, default=1,
+                     help="requests B sharing each budget: forests of B roots, the equal split alongside (default 1)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_cmd_run)
     theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation")

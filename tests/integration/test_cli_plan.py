@@ -48,3 +48,18 @@ def test_plan_bad_input_one_line_exit_2_no_file(tmp_path, capsys, args, match):
     assert code == 2
     assert err.count("\n") == 0 and err.startswith("brwsim: error:") and match in err, err
     assert not out.exists()
+
+
+def test_run_batch_table_and_errors(tmp_path, capsys):
+    out = tmp_path / "b.nc"
+    assert main(["run", "--family", FAM, "--budgets", "4,16", "--iterations", "10", "--batch", "4",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "shared/split" in text and "batch: 4" in text
+    assert xr.open_dataset(out).attrs["batch"] == 4
+    for args, match in [(["--batch", "0"], "B >= 1"), (["--batch", "2", "--policy", "chain()"], "--policy")]:
+        bad = tmp_path / "bad.nc"
+        assert main(["run", "--family", FAM, "--budgets", "4", "--iterations", "3", *args,
+                     "--out", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and match in err and not bad.exists()
