@@ -2,9 +2,10 @@
 
 For each family and batch size B, optimal shared forests of every budget P are grown on
 the same roots (``brwsim.simulate(batch=B)``, the equal split alongside). Each
-(GPU, model) roofline then prices every step (``brwsim.plan.plan_from_runs``): drafting
-is free (the speed-of-light of the verifier) and the verifier reads the weights once and
-every request's KV cache at a context of 512 or 8192 tokens. Outputs: the speedup over plain
+(GPU, model) roofline then prices every step (``brwsim.plan.plan_from_runs``): the
+verifier reads the weights once and every request's KV cache at a context of 512 or 8192
+tokens; drafting is free (the speed-of-light of the verifier, the figure) or costs an
+EAGLE-style head (one decoder layer plus the LM head) read once per forest level. Outputs: the speedup over plain
 decoding at every (B, P), P* and its speedup per B, and the gain of a shared budget over
 an equal split. Families: the LLM-like default mixture and order-5 character n-grams of
 English prose and Python code. Writes ``data/goodput.nc`` and ``data/goodput.png``.
@@ -32,7 +33,7 @@ import xarray as xr
 from joblib import Parallel, delayed
 
 from brwsim import parse_family, simulate
-from brwsim.cost import GPU, GPUS, CostModel, Roofline
+from brwsim.cost import GPU, GPUS, CostModel, Drafter, Roofline
 from brwsim.families import DEFAULT_FAMILY
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.plan import plan_from_runs
@@ -43,8 +44,13 @@ FAMILIES = {"LLM-like mixture (default)": DEFAULT_FAMILY,
             "n-gram prose (order 5)": "ngram(corpus=prose, order=5)",
             "n-gram code (order 5)": "ngram(corpus=code, order=5)"}
 GPU_NAMES = ["a100", "h100", "b200"]
-#: label -> (parameters, KV-cache bytes per context token, GPUs in tensor parallel)
-MODELS = {"8B": (8.0e9, 2 * 32 * 8 * 128 * 2, 1), "70B": (70.6e9, 2 * 80 * 8 * 128 * 2, 4)}
+#: label -> (parameters, KV-cache bytes per context token, GPUs in tensor parallel,
+#: parameters of an EAGLE-style draft head: one decoder layer plus the LM head)
+MODELS = {"8B": (8.0e9, 2 * 32 * 8 * 128 * 2, 1, 8.0e9 / 32 + 128256 * 4096),
+          "70B": (70.6e9, 2 * 80 * 8 * 128 * 2, 4, 70.6e9 / 80 + 128256 * 8192)}
+#: free drafting (the verifier's speed-of-light) or an EAGLE-style head costing one
+#: memory-bound read of its weights per forest level
+DRAFTERS = ["free", "eagle-head"]
 CONTEXTS = [512, 8192]
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 BUDGETS = sorted({1} | {int(m * 2 ** k) for k in range(13) for m in (1, 3)} - {0})
@@ -55,12 +61,13 @@ def budgets_for(quick: bool) -> np.ndarray:
     return b
 
 
-def cost_of(gpu: str, model: str, context: int) -> tuple[CostModel, GPU]:
+def cost_of(gpu: str, model: str, context: int, drafter: str = "free") -> tuple[CostModel, GPU]:
     """The roofline of ``model`` on ``gpu`` (times its tensor-parallel degree) and the device."""
-    params, kv, tp = MODELS[model]
+    params, kv, tp, head = MODELS[model]
     g = GPUS[gpu]
     device = GPU(f"{tp} x {g.name}", tp * g.peak_flops, tp * g.bandwidth, tp * g.memory, g.source)
-    return CostModel(Roofline(params, device, 2.0, kv, context)), device
+    per_level = 2.0 * head / device.bandwidth if drafter == "eagle-head" else 0.0
+    return CostModel(Roofline(params, device, 2.0, kv, context), Drafter(per_level=per_level)), device
 
 
 def simulate_family(label: str, text: str, budgets: np.ndarray, batches: list[int], trees: int,
@@ -101,7 +108,7 @@ def main() -> None:
     rows = Parallel(n_jobs=args.jobs)(delayed(simulate_family)(k, v, budgets, batches, trees, 11 + i)
                                       for i, (k, v) in enumerate(FAMILIES.items()))
     fam_labels = [r[0] for r in rows]
-    configs = [(g, m, c) for g in GPU_NAMES for m in MODELS for c in CONTEXTS]
+    configs = [(g, m, c, d) for d in DRAFTERS for g in GPU_NAMES for m in MODELS for c in CONTEXTS]
     nf, nc, nb, npb = len(rows), len(configs), len(batches), budgets.size
     speed, speed_se = np.empty((nf, nc, nb, npb)), np.empty((nf, nc, nb, npb))
     p_star, best, best_se = np.empty((nf, nc, nb), np.int64), np.empty((nf, nc, nb)), np.empty((nf, nc, nb))
@@ -111,8 +118,8 @@ def main() -> None:
     gain = np.array([[g for _, g, _ in r[1]] for r in rows])            # family, batch, budget
     gain_se = np.array([[s for _, _, s in r[1]] for r in rows])
     tpc = np.empty((nf, nb, npb))
-    for j, (g, m, c) in enumerate(configs):
-        cost, device = cost_of(g, m, c)
+    for j, (g, m, c, d) in enumerate(configs):
+        cost, device = cost_of(g, m, c, d)
         for k, b in enumerate(batches):
             need = cost.verifier.bytes_moved(b)
             fits[j, k] = int(need <= device.memory)
@@ -132,7 +139,8 @@ def main() -> None:
             for k in range(nb):
                 hit = np.nonzero(budgets == p_star[i, j, k])[0]
                 gain_star[i, j, k] = gain[i, k, hit[0]] if hit.size else np.nan
-    cfg_labels = [f"{m} on {cost_of(g, m, c)[1].name}, context {c}" for g, m, c in configs]
+    cfg_labels = [f"{m} on {cost_of(g, m, c)[1].name}, context {c}, {d} drafting"
+                  for g, m, c, d in configs]
     a = lambda long, units="1": {"long_name": long, "units": units}  # noqa: E731
     ds = xr.Dataset(
         {"speedup": (("family", "config", "batch", "budget"), speed,
@@ -151,14 +159,16 @@ def main() -> None:
          "ridge_tokens": (("config", "batch"), ridge, a("tokens per call at which the verifier turns compute-bound")),
          "family_string": (("family",), [FAMILIES[k] for k in fam_labels], a("family string form", ""))},
         {"family": ("family", fam_labels, a("family", "")), "config": ("config", cfg_labels, a("model on GPUs", "")),
-         "gpu": ("config", [g for g, _, _ in configs], a("GPU preset", "")),
-         "model": ("config", [m for _, m, _ in configs], a("model size", "")),
-         "context": ("config", np.asarray([c for _, _, c in configs]), a("context length per request (tokens)")),
+         "gpu": ("config", [g for g, _, _, _ in configs], a("GPU preset", "")),
+         "model": ("config", [m for _, m, _, _ in configs], a("model size", "")),
+         "context": ("config", np.asarray([c for _, _, c, _ in configs]), a("context length per request (tokens)")),
+         "drafter": ("config", [d for _, _, _, d in configs],
+                     a("free drafting, or an EAGLE-style head: one read of its weights per level", "")),
          "batch": ("batch", np.asarray(batches), a("requests per verifier call B")),
          "budget": ("budget", budgets, a("shared draft budget P (nodes over the batch)"))})
     config = {"families": FAMILIES, "gpus": GPU_NAMES, "models": {k: list(v) for k, v in MODELS.items()},
-              "contexts": CONTEXTS, "batches": batches, "budgets": budgets.tolist(), "trees": trees,
-              "quick": bool(args.quick), "drafting": "free"}
+              "contexts": CONTEXTS, "drafters": DRAFTERS, "batches": batches, "budgets": budgets.tolist(), "trees": trees,
+              "quick": bool(args.quick)}
     ds.attrs.update(provenance_attrs("brwsim goodput: speed-of-light speedup and P* against batch size",
                                      config, 11, "python experiments/goodput.py"
                                      + (" --quick" if args.quick else "")))
@@ -180,7 +190,8 @@ def figure(ds: xr.Dataset, path: Path) -> None:
     fams = ds.family.values
     fig, axes = plt.subplots(3, len(fams), figsize=(4.6 * len(fams), 10), squeeze=False)
     b = ds.batch.values
-    shown = [j for j in range(ds.sizes["config"]) if ds.gpu.values[j] in ("a100", "h100")]
+    shown = [j for j in range(ds.sizes["config"])
+             if ds.gpu.values[j] in ("a100", "h100") and ds.drafter.values[j] == "free"]
     colors = {("a100", "8B"): "C0", ("a100", "70B"): "C1", ("h100", "8B"): "C2", ("h100", "70B"): "C3"}
     for i, fam in enumerate(fams):
         for j in shown:
@@ -226,7 +237,7 @@ def report(ds: xr.Dataset) -> None:
                 mark = "" if ds.fits.values[j, k] else "!"
                 cells.append(f"B={b}: P*={int(ds.best_budget.values[i, j, k])} "
                              f"x{ds.best_speedup.values[i, j, k]:.2f}{mark}")
-            print(f"  {cfg:40s} " + ", ".join(cells))
+            print(f"  {cfg:55s} " + ", ".join(cells))
 
 
 if __name__ == "__main__":
