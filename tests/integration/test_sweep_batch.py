@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from brwsim import Dirichlet, simulate
+from brwsim import Dirichlet
 from brwsim.config import load_config
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
 from brwsim.plan import plan_from_runs
+from brwsim.simulate import run_forest, run_iterations, validate_budgets
 from brwsim.sweep import sweep
 
 CONFIG = """
@@ -46,17 +47,15 @@ def test_batch_grid_and_cost(tmp_path):
     assert g["batch"].values.tolist() == [1, 4] and g.sizes["alpha"] == 2
     cost = make_cost(gpu="h100", params=8e9, draft_level_ms=0.3)
     budgets = [1, 4, 16, 64]
+    b = validate_budgets(budgets)
     for ia, alpha in enumerate([0.3, 0.05]):
-        key_seed = None
         runs = []
+        spec = Dirichlet(alpha, 50).spec()
+        keys = g["point_key"].isel(alpha=ia).values
+        assert keys[0] == keys[1]                 # both batch sizes on the same roots
         for ib, batch in enumerate([1, 4]):
             pt = g.isel(alpha=ia, batch=ib)
-            # the sweep's point key replaces simulate's seed: rebuild the arrays from it
-            from brwsim.simulate import run_forest, run_iterations, validate_budgets
-            spec, b = Dirichlet(alpha, 50).spec(), validate_budgets(budgets)
-            key = np.uint64(pt["point_key"].values)
-            key_seed = key if key_seed is None else key_seed
-            assert key == key_seed
+            key = np.uint64(pt["point_key"].values)   # rebuild the point's arrays from its key
             if batch == 1:
                 acc, exp, dep, *_ = run_iterations(spec, b, key, 0, 60)
                 exp_s = exp
