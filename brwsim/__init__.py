@@ -13,9 +13,12 @@ from brwsim.bankstats import bank_stats
 from brwsim.generate import generate, path_moments
 from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
 from brwsim.sweep import sweep
+from brwsim import cost
+from brwsim.plan import plan
 
 __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
            "CorrelatedEntropy", "NGram", "bank", "policies", "Optimal", "Chain", "KAry", "Expansion",
-           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep", "bank_stats"]
+           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep",
+           "bank_stats", "cost", "plan"]

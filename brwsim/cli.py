@@ -24,7 +24,7 @@ from brwsim.cli_format import format_table, parse_budgets
 from brwsim.errors import UserError
 from brwsim.validate import check_output_path, echo
 
-__all__ = ["main", "build_parser", "parse_budgets", "format_table"]
+__all__ = ["main", "build_parser", "parse_budgets", "parse_batch_sizes", "format_table"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
 
@@ -48,12 +48,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise UserError(f"--seed must be >= 0, got {args.seed}")
     policies = _run_policies(args.policy)
+    if args.batch < 1:
+        raise UserError(f"--batch must be >= 1 (B >= 1), got {args.batch}")
+    if args.batch > 1 and policies:
+        raise UserError("--policy cannot be combined with --batch > 1 (only the optimal allocation)")
     if args.out:        # writable, with room, before the simulation (not after it)
         n_pol = len(policies) if policies else 1
         check_output_path(args.out, "--out", n_pol * budgets.size * float(args.iterations) * 16)
     show = not args.quiet and sys.stderr.isatty()
-    ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show,
+    ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show, batch=args.batch,
                   policies=policies, command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    if args.batch > 1:
+        return _batch_run_table(ds, family, args)
     opt = ds.isel(policy=0) if policies else ds          # the optimal policy comes first
     s = summarize(opt)
     mu, mu2 = float(ds["mu"]), float(ds["mu2"])
@@ -85,6 +91,30 @@ def _fmt_se(ds, name: str, i: int) -> str:
     if math.isnan(v):
         return "n/a"
     return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
+
+
+def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
+    """``brwsim run --batch B``: forest totals, per-request tokens and the equal split."""
+    from brwsim.io import write_netcdf_atomic
+    from brwsim.simulate import summarize
+
+    s = summarize(ds)
+    b = args.batch
+    rows = []
+    for i, p in enumerate(ds["budget"].values):
+        rows.append([str(p), f"{p / b:.3g}", f"{float(s.expected_mean[i]):.4f}", f"{float(s.expected_se[i]):.4f}",
+                     f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.split_expected_mean[i]):.4f}",
+                     f"{float(s.sharing_gain[i]):.4f}", f"{float(s.sharing_gain_se[i]):.4f}",
+                     f"{float(s.depth_mean[i]):.2f}"])
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}   batch: {b}")
+    print(format_table(rows, ["P", "P/B", "E[X_F|F]", "SE", "tokens/request", "split E[X]",
+                              "shared/split", "SE", "depth"]))
+    print("E[X_F|F]: accepted tokens of the whole batch; tokens/request = 1 + mean X_F / B; "
+          "split: P/B nodes per request (remainder to the first)")
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
 
 
 def _run_policies(texts: list[str] | None) -> list | None:
@@ -204,6 +234,66 @@ def family_epilog() -> str:
     return "\n".join(lines)
 
 
+def parse_batch_sizes(text: str) -> list[int]:
+    """Batch sizes from ``"1,8,64"`` or ranges as for budgets (``"1..64"``: powers of two)."""
+    try:
+        return parse_budgets(text)
+    except UserError as exc:
+        raise UserError(str(exc).replace("budgets", "batch sizes").replace("P >= 1", "B >= 1")) from None
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from brwsim.cost import make_cost
+    from brwsim.families import parse_family
+    from brwsim.io import write_netcdf_atomic
+    from brwsim.plan import plan
+
+    family = parse_family(args.family)
+    sizes = parse_batch_sizes(args.batch)
+    budgets = parse_budgets(args.budgets)
+    if args.iterations < 1:
+        raise UserError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
+    roofline = args.cost_table is None and args.constant_ms is None
+    if roofline and args.params is None:
+        raise UserError("plan: give --params (the target model's parameters) or --cost-table FILE")
+    cost = make_cost(gpu=(args.gpu or "h100") if roofline else None,
+                     params=args.params if roofline else None,
+                     bytes_per_param=args.bytes_per_param, kv_bytes_per_token=args.kv_bytes_per_token,
+                     context=args.context, overhead_ms=args.overhead_ms,
+                     peak_tflops=args.peak_tflops if roofline else None,
+                     bandwidth_tbs=args.bandwidth_tbs if roofline else None,
+                     table=args.cost_table, constant_ms=args.constant_ms,
+                     draft_level_ms=args.draft_level_ms, draft_node_ms=args.draft_node_ms)
+    show = not args.quiet and sys.stderr.isatty()
+    ds = plan(family, cost, sizes, budgets, args.iterations, args.seed, progress=show,
+              command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
+    print(f"cost: {cost.describe()}")
+    rows = []
+    for i, b in enumerate(ds["batch"].values):
+        p = int(ds["best_budget"][i])
+        j = int(np.nonzero(ds["budget"].values == p)[0][0]) if p > 0 else None
+        gain = f"{float(ds['sharing_gain'][i, j]):.3f}" if j is not None and b > 1 else "-"
+        rows.append([str(b), str(p), f"{p / b:.3g}", f"{float(ds['best_tokens_per_call'][i]):.3f}",
+                     f"{float(ds['best_tokens_per_call_se'][i]):.3f}",
+                     f"{float(ds['best_step_time'][i]) * 1e3:.3f}",
+                     f"{float(ds['plain_step_time'][i]) * 1e3:.3f}",
+                     f"{float(ds['best_speedup'][i]):.3f}", f"{float(ds['best_speedup_se'][i]):.3f}",
+                     f"{float(ds['best_tokens_per_second'][i]):.4g}", gain])
+    print(format_table(rows, ["B", "P*", "P*/B", "tokens/call", "SE", "step ms", "plain ms",
+                              "speedup", "SE", "tokens/s", "shared/split"]))
+    print("tokens/call: per request, 1 + E[X]/B; speedup: tokens/s over plain decoding "
+          "(B tokens per call); P* = 0: speculation does not pay")
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``brwsim`` argument parser with every subcommand."""
     from brwsim import __version__
@@ -224,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--policy", action="append", metavar="POLICY",
                      help="also evaluate a drafting policy on the same trees, e.g. "
                           "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
+    run.add_argument("--batch", type=int, default=1,
+                     help="requests B sharing each budget: forests of B roots, the equal split alongside (default 1)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_cmd_run)
     theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation",
@@ -241,6 +333,40 @@ def build_parser() -> argparse.ArgumentParser:
     ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
     ceil.set_defaults(func=_cmd_ceiling)
     cli_bank.register(sub)
+
+
+    pl = sub.add_parser("plan", help="the draft budget P* that maximises tokens/s per batch size, "
+                        "under a GPU roofline or a measured cost table")
+    pl.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    pl.add_argument("--batch", default="1,8,64", help="batch sizes B, e.g. '1,8,64' or '1..256' (default 1,8,64)")
+    pl.add_argument("--budgets", default=DEFAULT_BUDGETS,
+                    help="shared draft budgets P offered (nodes over the batch; default 1..4096)")
+    pl.add_argument("--iterations", type=int, default=300, help="steps simulated per batch size (default 300)")
+    pl.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    pl.add_argument("--gpu", help="GPU preset of the roofline: a100, h100, h200, b200, rtx4090 (default h100)")
+    pl.add_argument("--params", type=float, help="target model parameters, e.g. 8e9 (roofline)")
+    pl.add_argument("--bytes-per-param", type=float, default=2.0, help="weight bytes per parameter (default 2: BF16)")
+    pl.add_argument("--kv-bytes-per-token", type=float, default=0.0,
+                    help="KV-cache bytes per context token over all layers (default 0)")
+    pl.add_argument("--context", type=float, default=0.0, help="context length per request in tokens (default 0)")
+    pl.add_argument("--overhead-ms", type=float, default=0.0, help="fixed ms per verifier call (default 0)")
+    pl.add_argument("--peak-tflops", type=float, help="override the GPU's dense BF16 TFLOP/s")
+    pl.add_argument("--bandwidth-tbs", type=float, help="override the GPU's memory bandwidth in TB/s")
+    pl.add_argument("--cost-table", metavar="FILE", help="CSV with 'tokens' and 'ms' columns: measured "
+                    "verifier call times (instead of the roofline)")
+    pl.add_argument("--constant-ms", type=float, help="every verifier call takes this long (instead of the roofline)")
+    pl.add_argument("--draft-level-ms", type=float, default=0.0, help="drafter ms per forest depth level (default 0)")
+    pl.add_argument("--draft-node-ms", type=float, default=0.0, help="drafter ms per drafted node (default 0)")
+    pl.add_argument("--out", default="", help="netCDF output (default: none)")
+    pl.add_argument("--quiet", action="store_true", help="no progress bar")
+    pl.set_defaults(func=_cmd_plan)
+    try:
+        from brwsim import logprobs
+    except ImportError:  # pragma: no cover - optional module missing
+        logprobs = None
+    if logprobs is not None:
+        logprobs.register(sub)
+    importlib.import_module("brwsim.bankstats").register(sub)
     for module in ("brwsim.sweep", "brwsim.inspect_cmd"):
         importlib.import_module(module).register(sub)
     return parser

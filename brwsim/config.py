@@ -9,6 +9,12 @@ Format (natural logarithms everywhere; see ``docs/sweeps.md``)::
     budgets = [1, 4, 16, 64]      # or a string: "1..4096" (powers of two), "1-64", "1,4,16"
     prediction = "numerical"      # renewal-theory prediction: "numerical", "asymptotic", "none"
     title = "my sweep"            # optional
+    batch = [1, 8, 64]            # optional: requests sharing each budget; a list is the
+                                  # last grid dimension of every block (default 1)
+
+    [sweep.cost]                  # optional: price each point (brwsim.cost.make_cost options)
+    gpu = "h100"
+    params = 8e9
 
     [[sweep.family]]              # one block per family kind; each becomes a netCDF group
     name = "dirichlet"
@@ -60,7 +66,8 @@ from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
 from brwsim.validate import check_int, echo
 
-__all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT"]
+__all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT",
+           "COST_KEYS"]
 
 #: Version of the normalised configuration (part of the hash).
 CONFIG_FORMAT = 1
@@ -73,7 +80,12 @@ MAX_POINTS = 100_000
 #: Most tasks (shard files) of one sweep: points x (chunks per point + 1 theory task).
 MAX_TASKS = 1_000_000
 
-_SWEEP_KEYS = ("seed", "iterations", "chunk", "budgets", "prediction", "title", "family")
+_SWEEP_KEYS = ("seed", "iterations", "chunk", "budgets", "prediction", "title", "batch", "cost",
+               "family")
+#: Keys of a sweep's ``[sweep.cost]`` table (the options of :func:`brwsim.cost.make_cost`).
+COST_KEYS = ("gpu", "params", "bytes_per_param", "kv_bytes_per_token", "context", "overhead_ms",
+             "peak_tflops", "bandwidth_tbs", "table", "constant_ms", "draft_level_ms",
+             "draft_node_ms")
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LEADING_NAME = re.compile(r"(\w+) (.*)\Z", re.DOTALL)
 
@@ -107,6 +119,21 @@ class Block:
     grid: dict[str, list[Any]]
     families: tuple[Family, ...]
     first_point: int
+    batches: tuple[int, ...] = ()
+
+    def batch(self, local: int) -> int:
+        """Batch size B of the block's point ``local`` (1 without a ``batch`` setting)."""
+        return self.batches[local] if self.batches else 1
+
+    def key_local(self, local: int) -> int:
+        """The point whose root key ``local`` uses: its family's point at the first batch size.
+
+        With a ``batch`` grid (the block's last dimension) the points of one family at
+        every batch size share their roots, so batch sizes are compared on the same roots.
+        """
+        if "batch" not in self.grid:
+            return local
+        return local - local % len(self.grid["batch"])
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -166,6 +193,7 @@ class SweepConfig:
     blocks: tuple[Block, ...]
     normalized: dict[str, Any]
     hash: str
+    cost: Any = None
 
     @property
     def n_points(self) -> int:
@@ -189,8 +217,17 @@ class SweepConfig:
                 yield Point(block.first_point + local, block, local, fam)
 
     def point_key(self, point: int) -> np.uint64:
-        """64-bit root key of a point: ``SeedSequence(seed, spawn_key=(point,))``."""
-        ss = np.random.SeedSequence(self.seed, spawn_key=(int(point),))
+        """64-bit root key of a point: ``SeedSequence(seed, spawn_key=(k,))``.
+
+        k is the point itself, or with a ``batch`` grid the same family's point at the
+        first batch size (:meth:`Block.key_local`).
+        """
+        k = int(point)
+        for block in self.blocks:
+            if block.first_point <= k < block.first_point + block.n_points:
+                k = block.first_point + block.key_local(k - block.first_point)
+                break
+        ss = np.random.SeedSequence(self.seed, spawn_key=(k,))
         return ss.generate_state(1, np.uint64)[0]
 
 
@@ -265,7 +302,9 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
     title = sweep.get("title", "")
     if not isinstance(title, str):
         raise UserError(f"sweep.title: must be a string, got {echo(title)}")
-    blocks = _blocks(_required(sweep, "family"))
+    batch = _batch(sweep["batch"]) if "batch" in sweep else None
+    cost, cost_norm = _cost(sweep["cost"]) if "cost" in sweep else (None, None)
+    blocks = _blocks(_required(sweep, "family"), batch)
     n_points = sum(b.n_points for b in blocks)
     if n_points * (n_chunks + 1) > MAX_TASKS:
         raise UserError(f"sweep: {n_points} points x {n_chunks + 1} tasks per point (chunks of "
@@ -277,10 +316,59 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
         "family": [{"label": b.label, "name": b.name, "fixed": b.fixed, "grid": b.grid}
                    for b in blocks],
     }
+    if batch is not None:                # absent keys keep older configurations' hashes
+        normalized["batch"] = batch
+    if cost_norm is not None:
+        normalized["cost"] = cost_norm
     digest = hashlib.sha256(json.dumps(normalized, sort_keys=True).encode()).hexdigest()
     return SweepConfig(seed, iterations, chunk, budgets, method,
                        title or f"brwsim sweep over {sum(b.n_points for b in blocks)} points",
-                       blocks, normalized, digest)
+                       blocks, normalized, digest, cost)
+
+
+def _batch(value: Any) -> int | list[int]:
+    """``sweep.batch``: one batch size, or a list of them (the last grid dimension of every block)."""
+    from brwsim.simulate import validate_batch
+
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise UserError("sweep.batch: empty list (a list makes a grid dimension: give at least one value)")
+    out = []
+    for i, b in enumerate(values):
+        where = f"sweep.batch[{i}]" if isinstance(value, list) else "sweep.batch"
+        if isinstance(b, bool) or not isinstance(b, int):
+            raise UserError(f"{where}: must be a positive integer, got {b!r}")
+        try:
+            out.append(validate_batch(b))
+        except UserError as exc:
+            raise UserError(f"{where}: {_unprefixed('batch', str(exc))}") from None
+        if out[-1] in out[:-1]:
+            raise UserError(f"{where}: duplicate grid value {b!r}")
+    return out if isinstance(value, list) else out[0]
+
+
+def _cost(value: Any) -> tuple[Any, dict[str, Any]]:
+    """``[sweep.cost]``: the options of :func:`brwsim.cost.make_cost`, validated by building it."""
+    from brwsim.cost import make_cost
+
+    if not isinstance(value, Mapping):
+        raise UserError("sweep.cost: must be a table, e.g. [sweep.cost] gpu = \"h100\", params = 8e9")
+    for key, v in value.items():
+        if key not in COST_KEYS:
+            raise UserError(f"sweep.cost.{key}: unknown key; known: {', '.join(COST_KEYS)}")
+        if key in ("gpu", "table"):
+            if not isinstance(v, str):
+                raise UserError(f"sweep.cost.{key}: must be a string, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UserError(f"sweep.cost.{key}: must be a number, got {v!r}")
+    try:
+        cost = make_cost(**dict(value))
+    except UserError as exc:
+        raise UserError(f"sweep.cost: {exc}") from None
+    norm = dict(sorted(value.items()))
+    if "table" in norm:                  # the table's contents, not its path, define the sweep
+        norm["table"] = {"tokens": list(cost.verifier.tokens), "seconds": list(cost.verifier.seconds)}
+    return cost, norm
 
 
 def _required(sweep: Mapping[str, Any], key: str) -> Any:
@@ -319,14 +407,14 @@ def _budgets(value: Any) -> np.ndarray:
         raise UserError(f"sweep.budgets: {_unprefixed('budgets', str(exc))}") from None
 
 
-def _blocks(value: Any) -> tuple[Block, ...]:
+def _blocks(value: Any, batch: int | list[int] | None = None) -> tuple[Block, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(b, Mapping) for b in value):
         raise UserError("sweep.family: must be one or more [[sweep.family]] tables")
     blocks: list[Block] = []
     first = 0
     used: set[str] = set()
     for i, table in enumerate(value):
-        block = _block(i, table, first, used, MAX_POINTS - first)
+        block = _with_batch(_block(i, table, first, used, MAX_POINTS - first), batch)
         used.add(block.label)
         blocks.append(block)
         first += block.n_points
@@ -356,6 +444,21 @@ def _block(i: int, table: Mapping[str, Any], first: int, used: set[str], room: i
                         f"maximum {MAX_POINTS} points; split it into several sweeps")
     families = tuple(_build_points(where, name, fixed, grid))
     return Block(i, label, name, fixed, grid, families, first)
+
+
+def _with_batch(block: Block, batch: int | list[int] | None) -> Block:
+    """The block with its points' batch sizes; a list adds ``batch`` as its last grid dimension."""
+    if batch is None:
+        return block
+    if "batch" in block.grid or "batch" in block.fixed:
+        raise UserError(f"sweep.family[{block.index}]: a family parameter named 'batch' clashes "
+                        "with sweep.batch")
+    if not isinstance(batch, list):
+        return Block(block.index, block.label, block.name, block.fixed, block.grid, block.families,
+                     block.first_point, (batch,) * block.n_points)
+    families = tuple(f for f in block.families for _ in batch)
+    return Block(block.index, block.label, block.name, block.fixed, {**block.grid, "batch": batch},
+                 families, block.first_point, tuple(b for _ in block.families for b in batch))
 
 
 def _family_name(where: str, name: Any) -> str:

@@ -31,10 +31,10 @@ import xarray as xr
 
 from brwsim.families.base import Family, Spec
 from brwsim.io import write_netcdf_atomic
-from brwsim.simulate import run_iterations
+from brwsim.simulate import run_forest, run_iterations
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
-           "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "THEORY_VARS"]
+           "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
 
 SHARD_FORMAT = 2
 THEORY_CHUNK = -1
@@ -43,6 +43,15 @@ RAW_VARS = ("accepted", "expected_accepted", "depth")
 SUM_VARS = (("accepted_sum", "accepted", False), ("accepted_sumsq", "accepted", True),
             ("expected_sum", "expected_accepted", False), ("expected_sumsq", "expected_accepted", True),
             ("depth_sum", "depth", False))
+#: Further per-budget sums: (name, source, other source or None): sum of x or of x * y.
+#: The depth moments price a step with a per-level drafter cost (brwsim.plan); the split
+#: sums give the equal split's mean and the paired gain of sharing (batch points; at
+#: B = 1 the split is the tree itself).
+PRODUCT_SUMS = (("depth_sumsq", "depth", "depth"), ("expected_depth_sum", "expected_accepted", "depth"),
+                ("split_accepted_sum", "accepted_split", None),
+                ("split_expected_sum", "expected_accepted_split", None),
+                ("split_expected_sumsq", "expected_accepted_split", "expected_accepted_split"),
+                ("split_cross_sum", "expected_accepted", "expected_accepted_split"))
 THEORY_VARS = ("mu", "mu2", "mu_se", "mu2_se", "h2")
 #: Per-budget theory variables of a theory shard (absent when the prediction is "none").
 THEORY_BUDGET_VARS = ("prediction", "prediction_se", "upper_bound", "upper_bound_se")
@@ -102,6 +111,8 @@ class ChunkTask:
     config_hash : str
     raw : bool
         Keep the per-iteration arrays in the shard.
+    batch : int
+        Requests sharing each budget (forests of ``batch`` roots when > 1).
     """
 
     point: int
@@ -114,6 +125,7 @@ class ChunkTask:
     path: str
     config_hash: str
     raw: bool
+    batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -165,9 +177,15 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     if isinstance(task, TheoryTask):
         write_netcdf_atomic(_theory_dataset(task), task.path)
         return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start)
-    acc, exp, dep, visited, _ = run_iterations(task.spec, task.budgets, np.uint64(task.key),
-                                               task.first, task.count)
-    ds = _chunk_dataset(task, acc, exp, dep, visited)
+    if task.batch > 1:
+        acc, exp, dep, acc_s, exp_s, visited, extra, _ = run_forest(
+            task.spec, task.budgets, np.uint64(task.key), task.first, task.count, task.batch)
+        visited += extra
+    else:
+        acc, exp, dep, visited, _ = run_iterations(task.spec, task.budgets, np.uint64(task.key),
+                                                   task.first, task.count)
+        acc_s, exp_s = acc, exp
+    ds = _chunk_dataset(task, acc, exp, dep, visited, acc_s, exp_s)
     write_netcdf_atomic(ds, task.path)
     return TaskResult(task.point, task.chunk, int(acc.max()), visited,
                       task.count * int(task.budgets[-1]), time.perf_counter() - start)
@@ -184,12 +202,16 @@ def _fsum_rows(a: np.ndarray) -> np.ndarray:
 
 
 def _chunk_dataset(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.ndarray,
-                   visited: int) -> xr.Dataset:
+                   visited: int, acc_split: np.ndarray, exp_split: np.ndarray) -> xr.Dataset:
     raw = {"accepted": acc, "expected_accepted": exp, "depth": dep}
     data: dict[str, Any] = {}
     for name, source, squared in SUM_VARS:
         x = raw[source].astype(np.float64)
         data[name] = ("budget", _fsum_rows(x * x if squared else x))
+    both = {**raw, "accepted_split": acc_split, "expected_accepted_split": exp_split}
+    for name, source, other in PRODUCT_SUMS:
+        x = both[source].astype(np.float64)
+        data[name] = ("budget", _fsum_rows(x if other is None else x * both[other]))
     x_max = int(acc.max())
     hist = np.stack([np.bincount(row, minlength=x_max + 1) for row in acc]).astype(np.int64)
     data["accepted_hist"] = (("budget", "accepted_value"), hist)
@@ -200,7 +222,7 @@ def _chunk_dataset(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.nd
         coords["iteration"] = np.arange(task.first, task.first + task.count, dtype=np.int64)
     ds = xr.Dataset(data, coords, _shard_attrs(task, first=task.first, count=task.count,
                                                  x_max=x_max, nodes_visited=visited,
-                                                 raw=int(task.raw)))
+                                                 raw=int(task.raw), batch=task.batch))
     return _seal(ds)
 
 
@@ -302,7 +324,7 @@ def _shapes_ok(ds: xr.Dataset, nb: int, chunk: int, count: int, raw: bool) -> bo
         x_max = _attr(ds.attrs, "x_max")
         if not isinstance(x_max, int) or x_max < 0:
             return False
-        need = {name: (nb,) for name, _, _ in SUM_VARS} | {"accepted_hist": (nb, x_max + 1)}
+        need = {name: (nb,) for name, _, _ in (*SUM_VARS, *PRODUCT_SUMS)} | {"accepted_hist": (nb, x_max + 1)}
         if raw:
             need |= {name: (nb, count) for name in RAW_VARS}
     return all(name in ds and ds[name].shape == shape for name, shape in need.items())

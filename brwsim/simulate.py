@@ -12,11 +12,12 @@ import xarray as xr
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
-from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, simulate_chunk
+from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, forest_chunk, simulate_chunk
 from brwsim.theory import check_family
 from brwsim.validate import check_int, check_work_size, echo
 
-__all__ = ["simulate", "validate_budgets", "seed_key", "run_iterations", "summarize"]
+__all__ = ["simulate", "validate_budgets", "validate_batch", "seed_key", "run_iterations",
+           "run_forest", "summarize"]
 
 _CHUNK = 256
 #: Largest draft budget the kernels support.
@@ -25,6 +26,7 @@ MAX_BUDGET = 1 << 26
 MAX_BUDGETS = 1 << 16
 #: Bytes per (policy, budget, iteration) result: accepted (int32), expected (float64), depth (int32).
 _BYTES_PER_RESULT = 16
+MAX_BATCH = 1 << 16
 
 
 def validate_budgets(budgets: Any) -> np.ndarray:
@@ -46,6 +48,15 @@ def validate_budgets(budgets: Any) -> np.ndarray:
     if out.size > MAX_BUDGETS:
         raise UserError(f"{out.size} distinct budgets exceed the supported maximum {MAX_BUDGETS}")
     return out
+
+
+def validate_batch(batch: Any) -> int:
+    """A batch size as a positive int (at most :data:`MAX_BATCH`), or a :class:`UserError`."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch must be a positive integer (B >= 1), got {batch!r}")
+    if batch > MAX_BATCH:
+        raise UserError(f"batch {batch} exceeds the supported maximum {MAX_BATCH}")
+    return int(batch)
 
 
 def seed_key(seed: int) -> np.uint64:
@@ -93,8 +104,44 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     return acc, exp, dep, int(visited), float(t_end)
 
 
+def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int, batch: int,
+               t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP, split: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, float]:
+    """Iterations ``first .. first + count - 1`` of forests of ``batch`` roots: the numba call.
+
+    The budget P is shared by the batch: the allocation is the top P by path probability
+    over the forest. With ``split`` the equal split (request r gets
+    floor(P/B) + (r < P mod B) nodes of its own tree) is scored on the same roots.
+
+    Returns
+    -------
+    accepted, expected_accepted, depth : numpy.ndarray
+        Forest totals (and the deepest node), shape (len(budgets), count).
+    accepted_split, expected_accepted_split : numpy.ndarray
+        The equal split's totals (uninitialised when ``split`` is False).
+    visited, visited_split : int
+        Nodes visited by the shared passes and by the split's extra single-root passes.
+    t_end : float
+        Final threshold, a good start for the next call.
+    """
+    m = budgets.size
+    acc = np.empty((m, count), np.int32)
+    exp = np.empty((m, count))
+    dep = np.empty((m, count), np.int32)
+    acc_s = np.empty((m, count), np.int32)
+    exp_s = np.empty((m, count))
+    if not math.isfinite(t_start):
+        t_start = math.log(1.5 * max(budgets[-1] / batch, 1.0)) + 1.0
+    visited, visited1, t_end = forest_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                            spec.cprog, spec.head_cap, key, first, count, batch,
+                                            budgets, max_depth, t_start, split, acc, exp, dep,
+                                            acc_s, exp_s)
+    check_grow_status(visited, max_depth)
+    return acc, exp, dep, acc_s, exp_s, int(visited), int(visited1), float(t_end)
+
+
 def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: int, seed: int = 0,
-             *, policies: Sequence[Any] | None = None, progress: bool = False,
+             *, batch: int = 1, policies: Sequence[Any] | None = None, progress: bool = False,
              command: str = "") -> xr.Dataset:
     """Optimal trees of every budget on ``iterations`` independent roots of ``family``.
 
@@ -113,6 +160,17 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         Number of independent trees.
     seed : int, default 0
         Root seed (any non-negative integer).
+    batch : int, default 1
+        Requests per verifier call B. Each iteration then has B independent roots (request
+        r's root key is a function of (seed, iteration, r) only; request 0's is the
+        single-tree root) and the budget P counts draft nodes over the whole batch: the
+        optimal allocation is the top P by path probability over the forest. ``accepted``
+        and ``expected_accepted`` are batch totals and ``depth`` the deepest node of the
+        forest; ``accepted_split`` and ``expected_accepted_split`` hold the equal split on
+        the same roots (request r gets its own optimal tree of floor(P/B) + (r < P mod B)
+        nodes). The per-budget theory curves of a single tree (``paper_bound``,
+        ``prediction``, ...) are omitted for B > 1. ``batch=1`` is exactly the single tree.
+        Not combinable with ``policies``.
     policies : sequence of Policy or str, optional
         Drafting policies (:mod:`brwsim.policies`, or their string forms) evaluated on the
         same environment and sampled paths; adds a leading ``policy`` dimension (labelled
@@ -135,11 +193,16 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     b = validate_budgets(budgets)
     iterations = check_int("iterations", iterations, 1)
     key = seed_key(seed)
+    batch = validate_batch(batch)
+    check_family(family)
+    if batch > 1:
+        if policies is not None:
+            raise UserError("policies are not supported with batch > 1 (only the optimal allocation)")
+        return _simulate_batch(family, b, iterations, int(seed), key, batch, progress, command)
     pols = _policies(policies)
     check_work_size(len(pols) * b.size * float(iterations) * _BYTES_PER_RESULT,
                     f"simulate: {len(pols)} policies x {b.size} budgets x {iterations} iterations",
                     "use fewer iterations or budgets, or a sweep (brwsim sweep --summary-only)")
-    check_family(family)
     spec = family.spec()
     # the optimal tree (capped or not) calls the kernel directly, its threshold carried over
     caps = [p.depth_cap if type(p).__name__ == "Optimal" else None for p in pols]
@@ -175,6 +238,59 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     return ds
 
 
+def _simulate_batch(family: Family, b: np.ndarray, iterations: int, seed: int, key: np.uint64,
+                    batch: int, progress: bool, command: str) -> xr.Dataset:
+    """:func:`simulate` for ``batch`` > 1: shared-budget forests and the equal split."""
+    spec = family.spec()
+    shape = (b.size, iterations)
+    acc, exp, dep = np.empty(shape, np.int32), np.empty(shape), np.empty(shape, np.int32)
+    acc_s, exp_s = np.empty(shape, np.int32), np.empty(shape)
+    t = math.nan
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=iterations, unit="forest", desc=repr(family)[:40])
+    chunk = max(1, _CHUNK // batch)
+    for first in range(0, iterations, chunk):
+        count = min(chunk, iterations - first)
+        cols = slice(first, first + count)
+        acc[:, cols], exp[:, cols], dep[:, cols], acc_s[:, cols], exp_s[:, cols], _, _, t = \
+            run_forest(spec, b, key, first, count, batch, t)
+        if bar is not None:
+            bar.update(count)
+    if bar is not None:
+        bar.close()
+    config = {"family": repr(family), "budgets": b.tolist(), "iterations": int(iterations),
+              "seed": str(seed), "batch": batch}
+    ds = make_dataset(family, b, acc, exp, dep, config, seed, command, theory=False)
+    return add_batch_variables(ds, batch, acc_s, exp_s)
+
+
+def add_batch_variables(ds: xr.Dataset, batch: int, acc_split: np.ndarray,
+                        exp_split: np.ndarray) -> xr.Dataset:
+    """Mark ``ds`` as a batch-``batch`` forest Dataset and add the equal split's variables.
+
+    Drops the single-tree theory curves (variables over ``budget`` alone), which do not
+    describe a shared budget; relabels ``accepted``, ``expected_accepted`` and ``depth``.
+    """
+    dims = ds["accepted"].dims
+    ds = ds.drop_vars([v for v in ds.data_vars if ds[v].dims == ("budget",)])
+    ds["accepted"].attrs["long_name"] = ("accepted draft tokens summed over the batch (each "
+                                         "request's sampled path inside its share of the forest)")
+    ds["expected_accepted"].attrs["long_name"] = ("E[X | F_P] summed over the batch: path "
+                                                  "probabilities over the optimal shared forest")
+    ds["depth"].attrs["long_name"] = "depth of the deepest node of the optimal shared forest"
+    ds["accepted_split"] = xr.Variable(dims, acc_split, {
+        "long_name": "accepted draft tokens summed over the batch under the equal split "
+                     "(request r: its optimal tree of floor(P/B) + (r < P mod B) nodes)", "units": "1"})
+    ds["expected_accepted_split"] = xr.Variable(dims, exp_split, {
+        "long_name": "E[X | split] summed over the batch under the equal split", "units": "1"})
+    ds.attrs["batch"] = int(batch)
+    ds.attrs["title"] = ds.attrs.get("title", "") + f" (batch of {batch} sharing each budget)"
+    return ds
+
+
 def _policies(policies: Sequence[Any] | None) -> list[Any]:
     """Policies from objects or string forms (``[Optimal()]`` when None)."""
     from brwsim.policies import Optimal, Policy, parse_policy
@@ -197,15 +313,20 @@ def _policies(policies: Sequence[Any] | None) -> list[Any]:
 
 def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.ndarray,
                  dep: np.ndarray, config: dict[str, Any], seed: int, command: str = "",
-                 policies: list[str] | None = None) -> xr.Dataset:
+                 policies: list[str] | None = None, theory: bool = True) -> xr.Dataset:
     """Wrap per-iteration arrays, the family's moments and the paper's bound in a Dataset.
 
-    With ``policies`` (labels) the arrays carry a leading ``policy`` dimension.
+    With ``policies`` (labels) the arrays carry a leading ``policy`` dimension. With
+    ``theory`` False the single-tree theory curves over ``budget`` are neither computed
+    nor stored (batch forests, which they do not describe).
     """
     from brwsim.theory import paper_bound
 
     mom = _memo(family, "moments", family.moments)
-    pred = predictions(family, budgets)
+    nan = np.full(budgets.shape, np.nan)
+    pred = predictions(family, budgets) if theory else {
+        k: nan for k in ("prediction", "prediction_se", "prediction_asymptotic", "upper_bound",
+                         "upper_bound_se")}
     n_it = acc.shape[-1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
                                              "units": "1"}),
@@ -247,6 +368,8 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
             "long_name": "standard error of upper_bound from sampling the spine-step law "
                          "(0 when exact)", "units": "1"}),
     }
+    if not theory:
+        data = {k: v for k, v in data.items() if v.dims != ("budget",)}
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
     attrs["family"] = repr(family)
     attrs["moments_exact"] = int(mom.exact)
@@ -298,11 +421,19 @@ def predictions(family: Family, budgets: np.ndarray) -> dict[str, np.ndarray]:
 def summarize(ds: xr.Dataset) -> xr.Dataset:
     """Per-budget means and standard errors of a simulate() Dataset.
 
+    For a batch Dataset (attribute ``batch`` = B > 1) the means are batch totals, and the
+    per-request and equal-split statistics are added.
+
     Returns
     -------
     xarray.Dataset
         ``accepted_mean``, ``accepted_se``, ``expected_mean``, ``expected_se``,
-        ``tokens_per_call`` (mean X + 1), ``depth_mean`` over the ``iteration`` dim.
+        ``tokens_per_call`` (tokens per request per call, 1 + mean X / B; B = 1: tau = X + 1),
+        ``depth_mean`` over the ``iteration`` dim. For B > 1 also
+        ``accepted_per_request``, ``expected_per_request`` (and their ``_se``),
+        ``tokens_per_batch_call`` (mean X + B), ``split_expected_mean``,
+        ``split_expected_se``, ``split_accepted_mean``, ``sharing_gain`` (mean E[X | shared]
+        / mean E[X | split], paired on the same roots) and ``sharing_gain_se``.
 
     Raises
     ------
@@ -326,7 +457,23 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
         "expected_se": se("expected_accepted"),
         "depth_mean": ds["depth"].mean("iteration"),
     })
-    out["tokens_per_call"] = out["accepted_mean"] + 1.0
+    batch = int(ds.attrs.get("batch", 1))
+    out["tokens_per_call"] = out["accepted_mean"] / batch + 1.0
+    if batch > 1 and "expected_accepted_split" in ds:
+        for name in ("accepted", "expected"):
+            out[f"{name}_per_request"] = out[f"{name}_mean"] / batch
+            out[f"{name}_per_request_se"] = out[f"{name}_se"] / batch
+        out["tokens_per_batch_call"] = out["accepted_mean"] + float(batch)
+        out["split_accepted_mean"] = ds["accepted_split"].mean("iteration")
+        out["split_expected_mean"] = ds["expected_accepted_split"].mean("iteration")
+        out["split_expected_se"] = se("expected_accepted_split")
+        e, s = ds["expected_accepted"], ds["expected_accepted_split"]
+        safe = out["split_expected_mean"].where(out["split_expected_mean"] > 0)
+        gain = out["expected_mean"] / safe
+        resid = e - gain * s
+        out["sharing_gain"] = gain
+        out["sharing_gain_se"] = (resid.std("iteration", ddof=1) / (root_n * safe) if n > 1
+                                  else gain * np.nan)
     return out
 
 

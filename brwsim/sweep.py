@@ -37,6 +37,7 @@ from brwsim.validate import check_output_dir, echo
 from brwsim.io import atomic_path, write_error
 from brwsim.shards import (
     RAW_VARS,
+    PRODUCT_SUMS,
     SUM_VARS,
     THEORY_CHUNK,
     THEORY_BUDGET_VARS,
@@ -327,7 +328,8 @@ def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
         spec, key = p.family.spec(), int(cfg.point_key(p.index))
         for chunk, first, count in cfg.chunks():
             yield ChunkTask(p.index, chunk, first, count, key, cfg.budgets, spec,
-                            str(shards / shard_name(p.index, chunk)), cfg.hash, raw)
+                            str(shards / shard_name(p.index, chunk)), cfg.hash, raw,
+                            p.block.batch(p.local))
 
 
 def _load_shard(out: Path, cfg: SweepConfig, point: int, chunk: int, raw: bool) -> Any:
@@ -376,11 +378,14 @@ def _execute(tasks: list[Task], infos: dict[tuple[int, int], _ShardInfo], out: P
 
 def _warm_numba(tasks: list[Task]) -> None:
     """Compile (or load from numba's cache) the kernel once here, before fanning out."""
-    from brwsim.simulate import run_iterations
+    from brwsim.simulate import run_forest, run_iterations
 
     task = next((t for t in tasks if isinstance(t, ChunkTask)), None)
     if task is not None:
         run_iterations(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1)
+    task = next((t for t in tasks if isinstance(t, ChunkTask) and t.batch > 1), None)
+    if task is not None:
+        run_forest(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1, 2)
 
 
 def _check_written(out: Path, res: TaskResult) -> None:
@@ -454,23 +459,43 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Any, str, str]] = {
     "accepted_sumsq": (("budget",), np.float64, "sum over iterations of X^2", _UNITS_1),
     "accepted_mean": (("budget",), np.float64, "mean accepted draft tokens X", _UNITS_1),
     "accepted_se": (("budget",), np.float64, "standard error of accepted_mean", _UNITS_1),
-    "tokens_per_call": (("budget",), np.float64, "mean tokens per verifier call tau = X + 1", _UNITS_1),
+    "batch": ((), np.int64, "requests B sharing each budget (1: a single tree)", _UNITS_1),
+    "tokens_per_call": (("budget",), np.float64, "mean tokens per request per verifier call, 1 + X / B (B = 1: tau = X + 1)", _UNITS_1),
     "expected_sum": (("budget",), np.float64, "sum over iterations of E[X | T_P]", _UNITS_1),
     "expected_sumsq": (("budget",), np.float64, "sum over iterations of E[X | T_P]^2", _UNITS_1),
     "expected_mean": (("budget",), np.float64, "mean of E[X | T_P] (Rao-Blackwellised estimate of E[X])", _UNITS_1),
     "expected_se": (("budget",), np.float64, "standard error of expected_mean", _UNITS_1),
     "depth_sum": (("budget",), np.float64, "sum over iterations of the depth of T_P", _UNITS_1),
     "depth_mean": (("budget",), np.float64, "mean depth of the deepest node of the optimal tree", _UNITS_1),
+    "depth_sumsq": (("budget",), np.float64, "sum over iterations of depth^2", _UNITS_1),
+    "expected_depth_sum": (("budget",), np.float64, "sum over iterations of E[X | T_P] * depth", _UNITS_1),
+    "split_accepted_sum": (("budget",), np.float64, "sum of X under the equal split (B = 1: X)", _UNITS_1),
+    "split_expected_sum": (("budget",), np.float64, "sum of E[X | equal split] (floor(P/B), remainder to the first requests)", _UNITS_1),
+    "split_expected_sumsq": (("budget",), np.float64, "sum of E[X | equal split]^2", _UNITS_1),
+    "split_cross_sum": (("budget",), np.float64, "sum of E[X | shared] * E[X | equal split]", _UNITS_1),
+    "split_expected_mean": (("budget",), np.float64, "mean E[X | equal split] over the batch", _UNITS_1),
+    "sharing_gain": (("budget",), np.float64, "mean E[X | shared] / mean E[X | equal split], paired", _UNITS_1),
+    "sharing_gain_se": (("budget",), np.float64, "standard error of sharing_gain (delta method)", _UNITS_1),
     "accepted_hist": (("budget", "accepted_value"), np.int64, "histogram of X: iterations with X = accepted_value", _UNITS_1),
     "paper_bound": (("budget",), np.float64, "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped", _UNITS_1),
     "prediction": (("budget",), np.float64, "renewal-theory prediction of E[X] (brwsim.theory.prediction)", _UNITS_1),
     "prediction_se": (("budget",), np.float64, "standard error of the prediction from sampling the spine-step law (0 when exact)", _UNITS_1),
     "upper_bound": (("budget",), np.float64, "proven upper bound on E[X] (brwsim.theory.upper_bound)", _UNITS_1),
     "upper_bound_se": (("budget",), np.float64, "standard error of upper_bound from sampling the spine-step law (0 when exact)", _UNITS_1),
+    "step_time": (("budget",), np.float64, "mean time of one step under sweep.cost (drafting + verifying B + P tokens)", "s"),
+    "plain_step_time": ((), np.float64, "time of one plain decoding call of B tokens under sweep.cost", "s"),
+    "speedup": (("budget",), np.float64, "tokens/s over plain decoding's under sweep.cost", _UNITS_1),
+    "speedup_se": (("budget",), np.float64, "standard error of speedup (delta method)", _UNITS_1),
+    "best_budget": ((), np.int64, "P*: budget of the highest speedup (0: plain decoding is fastest)", _UNITS_1),
+    "best_speedup": ((), np.float64, "speedup at P* (1 when P* = 0)", _UNITS_1),
     "accepted": (("budget", "iteration"), np.int32, "accepted draft tokens X (sampled target path inside the optimal tree)", _UNITS_1),
     "expected_accepted": (("budget", "iteration"), np.float64, "E[X | T_P]: sum of path probabilities over the optimal tree", _UNITS_1),
     "depth": (("budget", "iteration"), np.int32, "depth of the deepest node of the optimal tree", _UNITS_1),
 }
+
+
+_COST_VARS = frozenset({"step_time", "plain_step_time", "speedup", "speedup_se", "best_budget",
+                        "best_speedup"})
 
 
 def _merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], _ShardInfo], raw: bool,
@@ -488,6 +513,8 @@ def _merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], _ShardInfo]
                 attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
                              summary_only=int(not raw), iterations=cfg.iterations,
                              chunk=cfg.chunk, prediction_method=cfg.prediction)
+                if cfg.cost is not None:
+                    attrs["cost"] = cfg.cost.describe()
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
                     _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
@@ -557,6 +584,8 @@ class _BlockWriter:
             if (name in RAW_VARS and not self.raw) or (name in THEORY_BUDGET_VARS
                                                         and self.cfg.prediction == "none"):
                 continue
+            if (name in _COST_VARS and self.cfg.cost is None) or (name == "batch" and name in grid):
+                continue
             extra: dict[str, Any] = {}
             if name in RAW_VARS:
                 extra = {"zlib": True, "complevel": 1, "shuffle": True,
@@ -576,9 +605,11 @@ class _BlockWriter:
         put("family_string", repr(self.block.families[local]))
         put("point_key", self.cfg.point_key(point))
         put("n", self.cfg.iterations)
+        if "batch" in self.vars:         # else a grid coordinate
+            put("batch", self.block.batch(local))
         put("nodes_visited", self.visited[point])
         self._theory(point, put)
-        self._chunks(point, idx, put)
+        self._chunks(point, idx, put, self.block.batch(local))
 
     def _shard(self, point: int, chunk: int) -> Any:
         ds = _load_shard(self.out, self.cfg, point, chunk, self.raw)
@@ -600,9 +631,10 @@ class _BlockWriter:
         if ds.attrs.get("note"):
             self.notes.append(f"point {point}: {ds.attrs['note']}")
 
-    def _chunks(self, point: int, idx: tuple[int, ...], put: Callable[[str, Any], None]) -> None:
+    def _chunks(self, point: int, idx: tuple[int, ...], put: Callable[[str, Any], None],
+                batch: int) -> None:
         nb = self.cfg.budgets.size
-        sums: dict[str, list[np.ndarray]] = {name: [] for name, _, _ in SUM_VARS}
+        sums: dict[str, list[np.ndarray]] = {name: [] for name, _, _ in (*SUM_VARS, *PRODUCT_SUMS)}
         hist = np.zeros((nb, self.x_max + 1), np.int64)
         for chunk, first, count in self.cfg.chunks():
             ds = self._shard(point, chunk)
@@ -624,8 +656,44 @@ class _BlockWriter:
             mean, se = _mean_se(total[f"{prefix}_sum"], total[f"{prefix}_sumsq"], n)
             put(f"{prefix}_mean", mean)
             put(f"{prefix}_se", se)
-        put("tokens_per_call", total["accepted_sum"] / n + 1.0)
+        put("tokens_per_call", total["accepted_sum"] / (n * batch) + 1.0)
         put("depth_mean", total["depth_sum"] / n)
+        self._split(total, n, put)
+        if self.cfg.cost is not None:
+            self._cost(total, n, batch, put)
+
+    @staticmethod
+    def _split(total: dict[str, np.ndarray], n: int, put: Callable[[str, Any], None]) -> None:
+        """Equal split's mean and the paired gain of sharing, from the sums."""
+        e, s = total["expected_sum"], total["split_expected_sum"]
+        ms = s / n
+        put("split_expected_mean", ms)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gain = np.where(ms > 0, (e / n) / ms, np.nan)
+            if n > 1:
+                var = (total["expected_sumsq"] - e * e / n - 2 * gain * (total["split_cross_sum"] - e * s / n)
+                       + gain ** 2 * (total["split_expected_sumsq"] - s * s / n)) / (n - 1)
+                se = np.sqrt(np.maximum(var, 0.0) / n) / ms
+            else:
+                se = np.full_like(gain, np.nan)
+        put("sharing_gain", gain)
+        put("sharing_gain_se", se)
+
+    def _cost(self, total: dict[str, np.ndarray], n: int, batch: int,
+              put: Callable[[str, Any], None]) -> None:
+        """Step time, speedup and P* of the point under ``sweep.cost`` (:mod:`brwsim.plan`)."""
+        from brwsim.plan import best_budget, speedup_from_sums
+
+        st = speedup_from_sums(self.cfg.cost, batch, self.cfg.budgets, n, total["expected_sum"],
+                               total["expected_sumsq"], total["depth_sum"], total["depth_sumsq"],
+                               total["expected_depth_sum"])
+        put("step_time", st["step_time"])
+        put("plain_step_time", st["plain_step_time"])
+        put("speedup", st["speedup"])
+        put("speedup_se", st["speedup_se"])
+        p_star, i = best_budget(self.cfg.budgets, st["speedup"])
+        put("best_budget", int(p_star))
+        put("best_speedup", float(st["speedup"][i]) if i >= 0 else 1.0)
 
 
 def _mean_se(total: np.ndarray, total_sq: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
