@@ -333,8 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
     ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
     ceil.set_defaults(func=_cmd_ceiling)
     cli_bank.register(sub)
-
-
     pl = sub.add_parser("plan", help="the draft budget P* that maximises tokens/s per batch size, "
                         "under a GPU roofline or a measured cost table")
     pl.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
@@ -360,13 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default="", help="netCDF output (default: none)")
     pl.add_argument("--quiet", action="store_true", help="no progress bar")
     pl.set_defaults(func=_cmd_plan)
-    try:
-        from brwsim import logprobs
-    except ImportError:  # pragma: no cover - optional module missing
-        logprobs = None
-    if logprobs is not None:
-        logprobs.register(sub)
-    importlib.import_module("brwsim.bankstats").register(sub)
     for module in ("brwsim.sweep", "brwsim.inspect_cmd"):
         importlib.import_module(module).register(sub)
     return parser
