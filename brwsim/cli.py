@@ -14,7 +14,6 @@ import errno
 import importlib
 import math
 import os
-import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from collections.abc import Sequence
 from brwsim import cli_bank
 from brwsim.cli_format import format_table, parse_budgets
 from brwsim.errors import UserError
-from brwsim.validate import check_output_path, echo
+from brwsim.validate import check_output_path
 
 __all__ = ["main", "build_parser", "parse_budgets", "parse_batch_sizes", "format_table"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from brwsim.errors import UserError
-from brwsim.validate import echo
+from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, echo
 
 __all__ = ["parse_budgets", "format_table"]
 
@@ -21,8 +21,6 @@ def parse_budgets(text: str) -> list[int]:
     brwsim.errors.UserError
         On anything that is not a positive integer, or a budget above the maximum.
     """
-    from brwsim.simulate import MAX_BUDGET, MAX_BUDGETS
-
     if not isinstance(text, str):
         raise UserError(f"budgets must be a string like '1,4,16' or '1..4096', got {echo(text)}")
     out: list[int] = []

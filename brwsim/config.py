@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
 from brwsim.validate import check_int, echo
@@ -328,7 +329,6 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
 
 def _batch(value: Any) -> int | list[int]:
     """``sweep.batch``: one batch size, or a list of them (the last grid dimension of every block)."""
-    from brwsim.simulate import validate_batch
 
     values = value if isinstance(value, list) else [value]
     if not values:
@@ -389,7 +389,6 @@ def _positive_int(path: str, value: Any) -> int:
 
 def _budgets(value: Any) -> np.ndarray:
     from brwsim.cli_format import parse_budgets
-    from brwsim.simulate import validate_budgets
 
     if isinstance(value, str):
         try:

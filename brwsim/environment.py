@@ -15,9 +15,9 @@ import numpy as np
 
 from brwsim.families.base import Family, Spec
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
-from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
+from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.errors import UserError
-from brwsim.simulate import seed_key
+from brwsim.engine import node_key
 from brwsim.validate import check_int, echo
 
 __all__ = ["node_key", "node_logprobs", "path_uniform"]
@@ -37,15 +37,6 @@ def _node_head(kinds, cw, fpar, ipar, data, cprog, head_cap, key, path, k, out):
                   path[d - 1])
     for r in range(k):
         out[r] = dist_next(fpar, ipar, data, key, m - 1, lf, li, head)
-
-
-def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
-    """64-bit key of the node reached from the root of ``iteration`` by ranks ``path``."""
-    iteration = check_int("iteration", iteration, 0, (1 << 64) - 1)
-    key = np.uint64(root_key(seed_key(seed), np.uint64(iteration)))
-    for r in _check_path(path):
-        key = np.uint64(child_key(key, np.uint64(r)))
-    return int(key)
 
 
 def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequence[int] = (),

@@ -26,7 +26,7 @@ from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.walk import generation_run, path_distributions
-from brwsim.simulate import check_grow_status, seed_key, validate_budgets
+from brwsim.engine import check_grow_status, seed_key, validate_budgets
 
 __all__ = ["generate", "path_moments", "PathMoments"]
 

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from brwsim.engine import check_grow_status, run_iterations
 from brwsim.errors import UserError
 from brwsim.families.parse import bind_call, parse_text
 from brwsim.families.base import Family, Spec, _fmt, check_int, check_positive
@@ -143,16 +144,12 @@ class Optimal(Policy):
         return NO_DEPTH_CAP if self.max_depth is None else self.max_depth
 
     def run(self, spec, budgets, key, first, count):
-        from brwsim.simulate import run_iterations
-
         acc, exp, dep, _, _ = run_iterations(spec, budgets, key, first, count,
                                              max_depth=self.depth_cap)
         return acc, exp, dep
 
     def run_roots(self, spec, budgets, roots):
         from brwsim.kernels.tree import grow_tree, new_workspace
-        from brwsim.simulate import check_grow_status
-
         acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         ws = new_workspace(budgets[-1], spec.head_cap)
         t = math.log(1.5 * budgets[-1]) + 1.0

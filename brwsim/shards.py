@@ -31,7 +31,7 @@ import xarray as xr
 
 from brwsim.families.base import Family, Spec
 from brwsim.io import write_netcdf_atomic
-from brwsim.simulate import run_forest, run_iterations
+from brwsim.engine import run_forest, run_iterations
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
            "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]

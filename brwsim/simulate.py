@@ -9,135 +9,20 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from brwsim.engine import run_forest, run_iterations, seed_key, validate_batch, validate_budgets
 from brwsim.errors import UserError
-from brwsim.families.base import Family, Spec
+from brwsim.families.base import Family
 from brwsim.io import provenance_attrs
-from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, forest_chunk, simulate_chunk
 from brwsim.theory import check_family
 from brwsim.validate import check_int, check_work_size, echo
 
-__all__ = ["simulate", "validate_budgets", "validate_batch", "seed_key", "run_iterations",
-           "run_forest", "summarize"]
+# validate_budgets .. run_forest live in brwsim.engine and are re-exported here
+__all__ = ["simulate", "summarize", "policy_gap", "predictions", "make_dataset",
+           "validate_budgets", "validate_batch", "seed_key", "run_iterations", "run_forest"]
 
 _CHUNK = 256
-#: Largest draft budget the kernels support.
-MAX_BUDGET = 1 << 26
-#: Most distinct budgets of one run or sweep.
-MAX_BUDGETS = 1 << 16
 #: Bytes per (policy, budget, iteration) result: accepted (int32), expected (float64), depth (int32).
 _BYTES_PER_RESULT = 16
-MAX_BATCH = 1 << 16
-
-
-def validate_budgets(budgets: Any) -> np.ndarray:
-    """Budgets as a sorted array of distinct positive int64, or a :class:`UserError`."""
-    if isinstance(budgets, (str, bytes)):
-        raise UserError(f"budgets must be a list of positive integers, got {echo(budgets)}")
-    try:
-        arr = np.asarray(budgets, dtype=np.float64).ravel()
-    except (TypeError, ValueError, OverflowError):
-        raise UserError(f"budgets must be positive integers, got {echo(budgets)}") from None
-    if arr.size == 0:
-        raise UserError("budgets must not be empty")
-    if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 1):
-        bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)) & (arr >= 1))][0]
-        raise UserError(f"budgets must be positive integers (P >= 1), got {bad:g}")
-    if arr.max() > MAX_BUDGET:
-        raise UserError(f"budget {arr.max():g} exceeds the supported maximum 2**26")
-    out = np.unique(arr.astype(np.int64))
-    if out.size > MAX_BUDGETS:
-        raise UserError(f"{out.size} distinct budgets exceed the supported maximum {MAX_BUDGETS}")
-    return out
-
-
-def validate_batch(batch: Any) -> int:
-    """A batch size as a positive int (at most :data:`MAX_BATCH`), or a :class:`UserError`."""
-    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise UserError(f"batch must be a positive integer (B >= 1), got {batch!r}")
-    if batch > MAX_BATCH:
-        raise UserError(f"batch {batch} exceeds the supported maximum {MAX_BATCH}")
-    return int(batch)
-
-
-def seed_key(seed: int) -> np.uint64:
-    """64-bit root key of a seed (any non-negative int) through ``numpy.random.SeedSequence``."""
-    seed = check_int("seed", seed, 0)
-    return np.random.SeedSequence(int(seed)).generate_state(1, np.uint64)[0]
-
-
-def check_grow_status(code: int, max_depth: int = NO_DEPTH_CAP) -> None:
-    """Raise the user-facing error of a negative ``grow_tree`` status (nothing otherwise)."""
-    if code == TOO_FEW:
-        raise UserError(f"fewer than P nodes of positive path probability exist within depth "
-                        f"{max_depth}: lower the budget or raise max_depth")
-    if code < 0:
-        raise UserError("more than 2**28 nodes tie at one path probability; use a budget "
-                        "that ends on a full level of this lattice family")
-
-
-def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
-                   t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
-    """Iterations ``first .. first + count - 1`` of one family: the numba call, no checks.
-
-    ``max_depth`` caps the optimal tree's depth (the top P among nodes of depth <= it).
-
-    Returns
-    -------
-    accepted, expected_accepted, depth : numpy.ndarray
-        Arrays of shape (len(budgets), count).
-    visited : int
-        Nodes visited by all threshold passes (the work done).
-    t_end : float
-        Final threshold, a good start for the next call.
-    """
-    m = budgets.size
-    acc = np.empty((m, count), np.int32)
-    exp = np.empty((m, count))
-    dep = np.empty((m, count), np.int32)
-    if not math.isfinite(t_start):
-        t_start = math.log(1.5 * budgets[-1]) + 1.0
-    visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                    spec.cprog, spec.head_cap, key, first, count, budgets,
-                                    max_depth, t_start, acc, exp, dep)
-    check_grow_status(visited, max_depth)
-    return acc, exp, dep, int(visited), float(t_end)
-
-
-def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int, batch: int,
-               t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP, split: bool = True
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, float]:
-    """Iterations ``first .. first + count - 1`` of forests of ``batch`` roots: the numba call.
-
-    The budget P is shared by the batch: the allocation is the top P by path probability
-    over the forest. With ``split`` the equal split (request r gets
-    floor(P/B) + (r < P mod B) nodes of its own tree) is scored on the same roots.
-
-    Returns
-    -------
-    accepted, expected_accepted, depth : numpy.ndarray
-        Forest totals (and the deepest node), shape (len(budgets), count).
-    accepted_split, expected_accepted_split : numpy.ndarray
-        The equal split's totals (uninitialised when ``split`` is False).
-    visited, visited_split : int
-        Nodes visited by the shared passes and by the split's extra single-root passes.
-    t_end : float
-        Final threshold, a good start for the next call.
-    """
-    m = budgets.size
-    acc = np.empty((m, count), np.int32)
-    exp = np.empty((m, count))
-    dep = np.empty((m, count), np.int32)
-    acc_s = np.empty((m, count), np.int32)
-    exp_s = np.empty((m, count))
-    if not math.isfinite(t_start):
-        t_start = math.log(1.5 * max(budgets[-1] / batch, 1.0)) + 1.0
-    visited, visited1, t_end = forest_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                            spec.cprog, spec.head_cap, key, first, count, batch,
-                                            budgets, max_depth, t_start, split, acc, exp, dep,
-                                            acc_s, exp_s)
-    check_grow_status(visited, max_depth)
-    return acc, exp, dep, acc_s, exp_s, int(visited), int(visited1), float(t_end)
 
 
 def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: int, seed: int = 0,

@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 from scipy import signal, special
 
+from brwsim.engine import seed_key
 from brwsim.errors import UserError
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.kernels.spine import FLOOR, SPLIT, _sample_cells, _zipf_cdfs
@@ -586,8 +587,6 @@ class SampledLaw(SpineLaw):
 
     def __init__(self, family, rank_budget: int = 1_000_000, batches: int = 10, seed: int = 0,
                  eps: float = 1e-9) -> None:
-        from brwsim.simulate import seed_key
-
         spec = family.spec()
         if len(spec.cprog) > 1:
             raise UserError(f"{family!r}: a context-dependent family has no i.i.d. spine law "

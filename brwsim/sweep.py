@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.config import Block, SweepConfig, load_config
+from brwsim.engine import run_forest, run_iterations
 from brwsim.errors import UserError
 from brwsim.validate import check_output_dir, echo
 from brwsim.io import atomic_path, write_error
@@ -378,8 +379,6 @@ def _execute(tasks: list[Task], infos: dict[tuple[int, int], _ShardInfo], out: P
 
 def _warm_numba(tasks: list[Task]) -> None:
     """Compile (or load from numba's cache) the kernel once here, before fanning out."""
-    from brwsim.simulate import run_forest, run_iterations
-
     task = next((t for t in tasks if isinstance(t, ChunkTask)), None)
     if task is not None:
         run_iterations(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1)

@@ -37,6 +37,10 @@ __all__ = ["MAX_ECHO", "MAX_NESTING", "echo", "check_int", "check_positive", "ch
 MAX_ECHO = 120
 #: Deepest nesting accepted in family/policy strings and in one JSON line.
 MAX_NESTING = 32
+#: Largest draft budget the kernels support.
+MAX_BUDGET = 1 << 26
+#: Most distinct budgets of one run or sweep.
+MAX_BUDGETS = 1 << 16
 #: Largest vocabulary a family accepts (2**40 tokens: ranks and counts stay exact in float64).
 MAX_VOCAB = 1 << 40
 

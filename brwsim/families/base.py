@@ -14,7 +14,6 @@ A :class:`Family` has three faces:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.engine import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
@@ -292,7 +293,6 @@ class NGram(Family):
         ``path`` holds ranks from the root of ``iteration`` (as :func:`brwsim.environment.node_logprobs`);
         the first ``order - 1`` characters are the corpus context the root drew.
         """
-        from brwsim.environment import node_key
         from brwsim.kernels.rng import REGIME, purpose_key, unit
 
         rk = np.uint64(purpose_key(np.uint64(node_key(seed, iteration, ())), REGIME))

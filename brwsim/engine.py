@@ -1,0 +1,158 @@
+"""The engine: one entry point from a compiled family (a :class:`Spec`, whole) to the kernels.
+
+Everything that turns user-level numbers into a kernel call lives here, below the
+policies and :func:`brwsim.simulate`: budget and batch validation, the 64-bit key of a
+seed and of a node, the starting threshold of a pass and the status codes a pass returns.
+:func:`run_iterations` (single trees) and :func:`run_forest` (batches sharing a budget)
+are the only places that unpack a :class:`~brwsim.families.base.Spec` for the tree kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.kernels.rng import child_key, root_key
+from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, forest_chunk, simulate_chunk
+from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, check_int, echo
+
+if TYPE_CHECKING:                                    # annotations only: no import cycle
+    from brwsim.families.base import Spec
+
+__all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "validate_batch",
+           "seed_key", "node_key", "start_threshold", "check_grow_status", "run_iterations",
+           "run_forest"]
+
+
+def start_threshold(p_max: float) -> float:
+    """The first pass's threshold -log p for a largest budget ``p_max`` (speed only, never
+    the result: the pass retargets it)."""
+    return math.log(1.5 * max(p_max, 1.0)) + 1.0
+
+
+def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
+    """64-bit key of the node reached from the root of ``iteration`` by ranks ``path``."""
+    key = np.uint64(root_key(seed_key(seed), np.uint64(iteration)))
+    for r in path:
+        key = np.uint64(child_key(key, np.uint64(r)))
+    return int(key)
+
+
+MAX_BATCH = 1 << 16
+
+
+def validate_budgets(budgets: Any) -> np.ndarray:
+    """Budgets as a sorted array of distinct positive int64, or a :class:`UserError`."""
+    if isinstance(budgets, (str, bytes)):
+        raise UserError(f"budgets must be a list of positive integers, got {echo(budgets)}")
+    try:
+        arr = np.asarray(budgets, dtype=np.float64).ravel()
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"budgets must be positive integers, got {echo(budgets)}") from None
+    if arr.size == 0:
+        raise UserError("budgets must not be empty")
+    if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 1):
+        bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)) & (arr >= 1))][0]
+        raise UserError(f"budgets must be positive integers (P >= 1), got {bad:g}")
+    if arr.max() > MAX_BUDGET:
+        raise UserError(f"budget {arr.max():g} exceeds the supported maximum 2**26")
+    out = np.unique(arr.astype(np.int64))
+    if out.size > MAX_BUDGETS:
+        raise UserError(f"{out.size} distinct budgets exceed the supported maximum {MAX_BUDGETS}")
+    return out
+
+
+def validate_batch(batch: Any) -> int:
+    """A batch size as a positive int (at most :data:`MAX_BATCH`), or a :class:`UserError`."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch must be a positive integer (B >= 1), got {batch!r}")
+    if batch > MAX_BATCH:
+        raise UserError(f"batch {batch} exceeds the supported maximum {MAX_BATCH}")
+    return int(batch)
+
+
+def seed_key(seed: int) -> np.uint64:
+    """64-bit root key of a seed (any non-negative int) through ``numpy.random.SeedSequence``."""
+    seed = check_int("seed", seed, 0)
+    return np.random.SeedSequence(int(seed)).generate_state(1, np.uint64)[0]
+
+
+def check_grow_status(code: int, max_depth: int = NO_DEPTH_CAP) -> None:
+    """Raise the user-facing error of a negative ``grow_tree`` status (nothing otherwise)."""
+    if code == TOO_FEW:
+        raise UserError(f"fewer than P nodes of positive path probability exist within depth "
+                        f"{max_depth}: lower the budget or raise max_depth")
+    if code < 0:
+        raise UserError("more than 2**28 nodes tie at one path probability; use a budget "
+                        "that ends on a full level of this lattice family")
+
+
+def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
+                   t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
+    """Iterations ``first .. first + count - 1`` of one family: the numba call, no checks.
+
+    ``max_depth`` caps the optimal tree's depth (the top P among nodes of depth <= it).
+
+    Returns
+    -------
+    accepted, expected_accepted, depth : numpy.ndarray
+        Arrays of shape (len(budgets), count).
+    visited : int
+        Nodes visited by all threshold passes (the work done).
+    t_end : float
+        Final threshold, a good start for the next call.
+    """
+    m = budgets.size
+    acc = np.empty((m, count), np.int32)
+    exp = np.empty((m, count))
+    dep = np.empty((m, count), np.int32)
+    if not math.isfinite(t_start):
+        t_start = start_threshold(budgets[-1])
+    visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                    spec.cprog, spec.head_cap, key, first, count, budgets,
+                                    max_depth, t_start, acc, exp, dep)
+    check_grow_status(visited, max_depth)
+    return acc, exp, dep, int(visited), float(t_end)
+
+
+def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int, batch: int,
+               t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP, split: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, float]:
+    """Iterations ``first .. first + count - 1`` of forests of ``batch`` roots: the numba call.
+
+    The budget P is shared by the batch: the allocation is the top P by path probability
+    over the forest. With ``split`` the equal split (request r gets
+    floor(P/B) + (r < P mod B) nodes of its own tree) is scored on the same roots.
+
+    Returns
+    -------
+    accepted, expected_accepted, depth : numpy.ndarray
+        Forest totals (and the deepest node), shape (len(budgets), count).
+    accepted_split, expected_accepted_split : numpy.ndarray
+        The equal split's totals (uninitialised when ``split`` is False).
+    visited, visited_split : int
+        Nodes visited by the shared passes and by the split's extra single-root passes.
+    t_end : float
+        Final threshold, a good start for the next call.
+    """
+    m = budgets.size
+    acc = np.empty((m, count), np.int32)
+    exp = np.empty((m, count))
+    dep = np.empty((m, count), np.int32)
+    acc_s = np.empty((m, count), np.int32)
+    exp_s = np.empty((m, count))
+    if not math.isfinite(t_start):
+        t_start = start_threshold(budgets[-1] / batch)
+    visited, visited1, t_end = forest_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                            spec.cprog, spec.head_cap, key, first, count, batch,
+                                            budgets, max_depth, t_start, split, acc, exp, dep,
+                                            acc_s, exp_s)
+    check_grow_status(visited, max_depth)
+    return acc, exp, dep, acc_s, exp_s, int(visited), int(visited1), float(t_end)
+
+
