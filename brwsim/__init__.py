@@ -1,20 +1,42 @@
 """brwsim: Monte Carlo speed-of-light of speculative decoding on branching random walks."""
 
-from brwsim.version import __version__
-
+from brwsim import bank, cost, policies
+from brwsim.bankstats import bank_stats
 from brwsim.errors import UserError
 from brwsim.families import (
-    CorrelatedEntropy, DepthDrift, Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometric,
-    MarkovRegime, Mixture, NGram, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
+    CorrelatedEntropy,
+    DepthDrift,
+    Dirichlet,
+    Empirical,
+    EntropyTarget,
+    Family,
+    Fixed,
+    Geometric,
+    MarkovRegime,
+    Mixture,
+    NGram,
+    Peaked,
+    SoftmaxNormal,
+    Tempered,
+    Uniform,
+    Zipf,
+    parse_family,
+)
+from brwsim.generate import generate, path_moments
+from brwsim.plan import plan
+from brwsim.policies import (
+    Chain,
+    Dynamic,
+    Expansion,
+    KAry,
+    Noisy,
+    Optimal,
+    Sequoia,
+    parse_policy,
 )
 from brwsim.simulate import policy_gap, simulate, summarize
-from brwsim import bank, policies
-from brwsim.bankstats import bank_stats
-from brwsim.generate import generate, path_moments
-from brwsim.policies import Chain, Dynamic, Expansion, KAry, Noisy, Optimal, Sequoia, parse_policy
 from brwsim.sweep import sweep
-from brwsim import cost
-from brwsim.plan import plan
+from brwsim.version import __version__
 
 __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",

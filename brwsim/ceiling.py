@@ -30,10 +30,9 @@ from scipy import stats
 from scipy.optimize import brentq
 
 from brwsim.errors import UserError
-from brwsim.validate import MAX_VOCAB
 from brwsim.families import EntropyTarget
 from brwsim.theory import prediction
-from brwsim.validate import check_int
+from brwsim.validate import MAX_VOCAB, check_int
 
 __all__ = ["SHAPES", "entropy_family", "ceiling", "implied_entropy"]
 

@@ -18,9 +18,23 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from brwsim import cli_bank
+from brwsim import __version__, cli_bank
+from brwsim.ceiling import SHAPES, ceiling, implied_entropy
 from brwsim.cli_format import format_table, parse_budgets
+from brwsim.cost import make_cost
 from brwsim.errors import UserError
+from brwsim.families import DEFAULT_FAMILY, FAMILIES, parse_family
+from brwsim.io import write_netcdf_atomic
+from brwsim.plan import plan
+from brwsim.policies import Optimal, parse_policy
+from brwsim.simulate import (
+    policy_gap,
+    predictions,
+    simulate,
+    summarize,
+    validate_budgets,
+)
+from brwsim.theory import check_family, paper_bound
 from brwsim.validate import check_output_path
 
 __all__ = ["main", "build_parser", "parse_budgets", "parse_batch_sizes", "format_table"]
@@ -36,9 +50,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from brwsim.families import parse_family
-    from brwsim.io import write_netcdf_atomic
-    from brwsim.simulate import simulate, summarize, validate_budgets
 
     family = parse_family(args.family)
     budgets = validate_budgets(parse_budgets(args.budgets))
@@ -94,8 +105,6 @@ def _fmt_se(ds, name: str, i: int) -> str:
 
 def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
     """``brwsim run --batch B``: forest totals, per-request tokens and the equal split."""
-    from brwsim.io import write_netcdf_atomic
-    from brwsim.simulate import summarize
 
     s = summarize(ds)
     b = args.batch
@@ -120,7 +129,6 @@ def _run_policies(texts: list[str] | None) -> list | None:
     """The policies of ``run --policy`` with ``optimal()`` first (added when absent)."""
     if not texts:
         return None
-    from brwsim.policies import Optimal, parse_policy
 
     policies = [parse_policy(t) for t in texts]
     rest = [p for p in policies if not isinstance(p, Optimal)]
@@ -129,7 +137,6 @@ def _run_policies(texts: list[str] | None) -> list | None:
 
 def _policy_table(ds) -> str:
     """E[X | T] of every policy and its paired fraction of the optimum (with SE), per budget."""
-    from brwsim.simulate import policy_gap
 
     g = policy_gap(ds)
     rows = []
@@ -147,9 +154,6 @@ def _policy_table(ds) -> str:
 def _cmd_theory(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from brwsim.families import parse_family
-    from brwsim.simulate import predictions, validate_budgets
-    from brwsim.theory import check_family, paper_bound
 
     family = parse_family(args.family)
     check_family(family)
@@ -180,7 +184,6 @@ def _cmd_theory(args: argparse.Namespace) -> int:
 
 
 def _cmd_ceiling(args: argparse.Namespace) -> int:
-    from brwsim.ceiling import SHAPES, ceiling, implied_entropy
 
     if args.tau is None and args.entropy is None:
         raise UserError("ceiling: give --tau (measured tokens per call), --entropy (nats), or both")
@@ -222,7 +225,6 @@ def family_epilog() -> str:
     """The family names and parameters (from ``brwsim.families.FAMILIES``) for ``--help``."""
     import inspect
 
-    from brwsim.families import FAMILIES
 
     lines = ["families (name(parameters), defaults after '='; see the docstrings of brwsim.<Name>):"]
     for name, cls in sorted(FAMILIES.items()):
@@ -244,10 +246,6 @@ def parse_batch_sizes(text: str) -> list[int]:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from brwsim.cost import make_cost
-    from brwsim.families import parse_family
-    from brwsim.io import write_netcdf_atomic
-    from brwsim.plan import plan
 
     family = parse_family(args.family)
     sizes = parse_batch_sizes(args.batch)
@@ -295,8 +293,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``brwsim`` argument parser with every subcommand."""
-    from brwsim import __version__
-    from brwsim.families import DEFAULT_FAMILY
 
     parser = _Parser(prog="brwsim", description="Monte Carlo speed-of-light of speculative decoding.")
     parser.add_argument("--version", action="version", version=f"brwsim {__version__}")

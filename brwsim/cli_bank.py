@@ -19,7 +19,12 @@ import numpy as np
 import xarray as xr
 
 from brwsim.bank import BadInputWarning, import_logprobs
-from brwsim.bankstats import BankStats, bank_stats, histogram_bins, plot_entropy_histogram
+from brwsim.bankstats import (
+    BankStats,
+    bank_stats,
+    histogram_bins,
+    plot_entropy_histogram,
+)
 from brwsim.cli_format import format_table, parse_budgets
 
 __all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]

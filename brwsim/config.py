@@ -62,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.cli_format import parse_budgets
+from brwsim.cost import make_cost
 from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
@@ -349,7 +351,6 @@ def _batch(value: Any) -> int | list[int]:
 
 def _cost(value: Any) -> tuple[Any, dict[str, Any]]:
     """``[sweep.cost]``: the options of :func:`brwsim.cost.make_cost`, validated by building it."""
-    from brwsim.cost import make_cost
 
     if not isinstance(value, Mapping):
         raise UserError("sweep.cost: must be a table, e.g. [sweep.cost] gpu = \"h100\", params = 8e9")
@@ -388,7 +389,6 @@ def _positive_int(path: str, value: Any) -> int:
 
 
 def _budgets(value: Any) -> np.ndarray:
-    from brwsim.cli_format import parse_budgets
 
     if isinstance(value, str):
         try:

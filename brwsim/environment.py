@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from brwsim.kernels import njit_cached
 import numpy as np
 
+from brwsim.engine import node_key
+from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
+from brwsim.kernels import njit_cached
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
-from brwsim.errors import UserError
-from brwsim.engine import node_key
 from brwsim.validate import check_int, echo
 
 __all__ = ["node_key", "node_logprobs", "path_uniform"]

@@ -19,14 +19,16 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
+from brwsim.engine import check_grow_status, seed_key, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families.base import Family
-from brwsim.validate import check_int
+from brwsim.families.empirical import Empirical
 from brwsim.io import provenance_attrs
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I
+from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
 from brwsim.kernels.rng import root_key
-from brwsim.kernels.walk import generation_run, path_distributions
-from brwsim.engine import check_grow_status, seed_key, validate_budgets
+from brwsim.kernels.walk import advance, generation_run, path_distributions
+from brwsim.policies import Optimal, Policy, Roots, parse_policy
+from brwsim.validate import check_int
 
 __all__ = ["generate", "path_moments", "PathMoments"]
 
@@ -56,7 +58,6 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         ``depth``, ``root_context`` (regime / depth index) and ``root_latent`` (AR(1) latent);
         attributes ``tokens_per_call`` (produced tokens / calls) and ``calls``.
     """
-    from brwsim.policies import Optimal, Policy, parse_policy
 
     if isinstance(policy, str):
         policy = parse_policy(policy)
@@ -102,9 +103,6 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
 
 def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, cf_out) -> int:
     """A generation run driven from Python: one policy tree per call, then advance X + 1."""
-    from brwsim.kernels.dist import CTX_DEPTH, ROOT_DRAW, ROOT_PRESET
-    from brwsim.kernels.walk import advance
-    from brwsim.policies import Roots
 
     lf = np.empty((2, LEVEL_F))
     li = np.empty((2, LEVEL_I), np.int64)
@@ -148,7 +146,6 @@ class PathMoments:
 
     def iid_family(self) -> Family:
         """The i.i.d. family that redraws the measured distributions at every node."""
-        from brwsim.families.empirical import Empirical
 
         return Empirical(self.rows)
 

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from brwsim.cli_format import format_table
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
+from brwsim.simulate import summarize
 from brwsim.validate import check_output_path
 
 _FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
@@ -91,7 +93,6 @@ def point_summaries(ds: xr.Dataset) -> xr.Dataset:
     if "expected_mean" in ds:
         out = ds[list(_SUMMARY_VARS)]
     else:
-        from brwsim.simulate import summarize
 
         out = summarize(ds.load())
     extra = [v for v in ("paper_bound", "prediction", "mu", "mu2", "family_string") if v in ds]
@@ -121,7 +122,6 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 
 def _point_table(pt: xr.Dataset) -> str:
-    from brwsim.cli_format import format_table
 
     header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth"]
     cols = ["accepted_mean", "accepted_se", "tokens_per_call", "expected_mean", "expected_se",

@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 
 from brwsim.errors import UserError
+from brwsim.validate import format_bytes
 from brwsim.version import __version__
 
 __all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "write_error", "open_dataset"]
@@ -163,7 +164,6 @@ def write_error(path: Path, exc: BaseException, nbytes: float = 0) -> Exception:
     space of the destination's file system tells the cases apart. Other errors are
     returned unchanged (a programming error must still show its traceback).
     """
-    from brwsim.validate import format_bytes
 
     try:
         free = shutil.disk_usage(path.parent).free
@@ -187,7 +187,6 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     brwsim.errors.UserError
         When the file is missing or is not a readable netCDF file.
     """
-    from brwsim.errors import UserError
 
     p = Path(path)
     if not p.is_file():

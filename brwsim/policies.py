@@ -30,10 +30,12 @@ import numpy as np
 
 from brwsim.engine import check_grow_status, run_iterations
 from brwsim.errors import UserError
-from brwsim.families.parse import bind_call, parse_text
 from brwsim.families.base import Family, Spec, _fmt, check_int, check_positive
+from brwsim.families.parse import bind_call, parse_text
 from brwsim.kernels import policies as _k
 from brwsim.kernels.dist import ROOT_DRAW, ROOT_PRESET
+from brwsim.kernels.rng import root_key
+from brwsim.kernels.tree import NO_DEPTH_CAP, grow_tree, new_workspace
 
 __all__ = ["Policy", "Roots", "Optimal", "Chain", "KAry", "Expansion", "Sequoia", "Dynamic", "Noisy",
            "POLICIES", "DEFAULT_POLICY", "parse_policy", "run_policy"]
@@ -91,7 +93,6 @@ class Roots(NamedTuple):
     @classmethod
     def stationary(cls, key: np.uint64, first: int, count: int) -> "Roots":
         """The roots of iterations first .. first + count - 1 of a seed key."""
-        from brwsim.kernels.rng import root_key
 
         keys = np.array([root_key(np.uint64(key), np.uint64(first + i)) for i in range(count)],
                         dtype=np.uint64)
@@ -139,7 +140,6 @@ class Optimal(Policy):
     @property
     def depth_cap(self) -> int:
         """The kernels' depth cap (``NO_DEPTH_CAP`` when unconstrained)."""
-        from brwsim.kernels.tree import NO_DEPTH_CAP
 
         return NO_DEPTH_CAP if self.max_depth is None else self.max_depth
 
@@ -149,7 +149,6 @@ class Optimal(Policy):
         return acc, exp, dep
 
     def run_roots(self, spec, budgets, roots):
-        from brwsim.kernels.tree import grow_tree, new_workspace
         acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         ws = new_workspace(budgets[-1], spec.head_cap)
         t = math.log(1.5 * budgets[-1]) + 1.0

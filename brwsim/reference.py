@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from brwsim.environment import node_logprobs
 from brwsim.families.base import Family
 
 __all__ = ["best_first", "env_provider", "sampling_provider"]
@@ -27,7 +28,6 @@ Provider = Callable[[tuple[int, ...]], np.ndarray]
 
 def env_provider(family: Family, seed: int, iteration: int, k: int = 64) -> Provider:
     """Log-probabilities of a node of the counter-based environment (first ``k`` ranks)."""
-    from brwsim.environment import node_logprobs
 
     spec = family.spec()
     cache: dict[tuple[int, ...], np.ndarray] = {}

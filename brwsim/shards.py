@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
 from brwsim.io import write_netcdf_atomic
-from brwsim.engine import run_forest, run_iterations
+from brwsim.theory import paper_bound, prediction, prediction_with_se, upper_bound
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
            "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
@@ -227,7 +228,6 @@ def _chunk_dataset(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.nd
 
 
 def _theory_dataset(task: TheoryTask) -> xr.Dataset:
-    from brwsim.theory import paper_bound
 
     mom = task.family.moments()
     data: dict[str, Any] = {name: ((), getattr(mom, name)) for name in THEORY_VARS}
@@ -253,7 +253,6 @@ def _prediction(family: Family, budgets: np.ndarray, method: str
     """The renewal prediction with its SE and the proven upper bound (NaN and the reason
     where unavailable for this family). ``method`` is the prediction's; SE are 0 for exact
     spine laws and for the asymptotic."""
-    from brwsim.theory import prediction, prediction_with_se, upper_bound
 
     nan = np.full(budgets.size, np.nan)
     out: dict[str, np.ndarray] = {}

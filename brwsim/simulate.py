@@ -9,11 +9,25 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from brwsim.engine import run_forest, run_iterations, seed_key, validate_batch, validate_budgets
+from brwsim.engine import (
+    run_forest,
+    run_iterations,
+    seed_key,
+    validate_batch,
+    validate_budgets,
+)
 from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.io import provenance_attrs
-from brwsim.theory import check_family
+from brwsim.policies import Optimal, Policy, parse_policy
+from brwsim.theory import (
+    check_family,
+    paper_bound,
+    prediction,
+    prediction_with_se,
+    spine_steps,
+    upper_bound,
+)
 from brwsim.validate import check_int, check_work_size, echo
 
 # validate_budgets .. run_forest live in brwsim.engine and are re-exported here
@@ -178,7 +192,6 @@ def add_batch_variables(ds: xr.Dataset, batch: int, acc_split: np.ndarray,
 
 def _policies(policies: Sequence[Any] | None) -> list[Any]:
     """Policies from objects or string forms (``[Optimal()]`` when None)."""
-    from brwsim.policies import Optimal, Policy, parse_policy
 
     if policies is None:
         return [Optimal()]
@@ -205,7 +218,6 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     ``theory`` False the single-tree theory curves over ``budget`` are neither computed
     nor stored (batch forests, which they do not describe).
     """
-    from brwsim.theory import paper_bound
 
     mom = _memo(family, "moments", family.moments)
     nan = np.full(budgets.shape, np.nan)
@@ -283,7 +295,6 @@ def predictions(family: Family, budgets: np.ndarray) -> dict[str, np.ndarray]:
         sampling the spine law, 0 when exact), ``prediction_asymptotic`` (NaN on lattices),
         ``upper_bound`` and ``upper_bound_se``; see :mod:`brwsim.theory`.
     """
-    from brwsim.theory import prediction, prediction_with_se, spine_steps, upper_bound
 
     steps = spine_steps(family)
     nan = np.full(budgets.shape, np.nan)

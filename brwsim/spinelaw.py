@@ -24,8 +24,8 @@ quadrature error of their constructor.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -34,6 +34,7 @@ from scipy import signal, special
 from brwsim.engine import seed_key
 from brwsim.errors import UserError
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
+from brwsim.kernels.special import zipf_sum
 from brwsim.kernels.spine import FLOOR, SPLIT, _sample_cells, _zipf_cdfs
 
 __all__ = ["SpineLaw", "SpineSteps", "CdfLaw", "SumLaw", "ConvolvedLaw", "SampledLaw",
@@ -507,7 +508,6 @@ class ZipfLaw(SpineLaw):
 
     def __init__(self, s: float, vocab: int, skip: int = 0, mu: float = math.nan,
                  mu2: float = math.nan) -> None:
-        from brwsim.kernels.special import zipf_sum
 
         self.s, self.vocab, self.skip = float(s), int(vocab), int(skip)
         self.log_z = math.log(zipf_sum(self.vocab, self.s, 0))
@@ -534,7 +534,6 @@ def zipf_spread_law(lo: float, hi: float, vocab: int, mu: float, mu2: float,
     exact cumulative functions (:class:`ZipfLaw`). Tested against a 16,384-point
     midpoint rule over every rank (``tests/unit/test_spine_laws.py``).
     """
-    from brwsim.kernels.special import zipf_sum
 
     head = min(head, vocab)
     s_fine = lo + (np.arange(n_fine) + 0.5) / n_fine * (hi - lo)

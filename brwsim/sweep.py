@@ -34,14 +34,14 @@ import numpy as np
 from brwsim.config import Block, SweepConfig, load_config
 from brwsim.engine import run_forest, run_iterations
 from brwsim.errors import UserError
-from brwsim.validate import check_output_dir, echo
-from brwsim.io import atomic_path, write_error
+from brwsim.io import atomic_path, provenance_attrs, write_error
+from brwsim.plan import best_budget, speedup_from_sums
 from brwsim.shards import (
-    RAW_VARS,
     PRODUCT_SUMS,
+    RAW_VARS,
     SUM_VARS,
-    THEORY_CHUNK,
     THEORY_BUDGET_VARS,
+    THEORY_CHUNK,
     THEORY_VARS,
     ChunkTask,
     TaskResult,
@@ -50,6 +50,7 @@ from brwsim.shards import (
     run_task,
     shard_name,
 )
+from brwsim.validate import check_output_dir, echo
 
 __all__ = ["sweep", "SweepReport", "register", "BACKENDS"]
 
@@ -502,7 +503,6 @@ def _merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], _ShardInfo]
     """Stream every shard into ``out/results.nc`` (temporary file, then rename)."""
     import netCDF4
 
-    from brwsim.io import provenance_attrs
 
     dest = out / RESULTS
     with atomic_path(dest) as tmp:
@@ -681,7 +681,6 @@ class _BlockWriter:
     def _cost(self, total: dict[str, np.ndarray], n: int, batch: int,
               put: Callable[[str, Any], None]) -> None:
         """Step time, speedup and P* of the point under ``sweep.cost`` (:mod:`brwsim.plan`)."""
-        from brwsim.plan import best_budget, speedup_from_sums
 
         st = speedup_from_sums(self.cfg.cost, batch, self.cfg.budgets, n, total["expected_sum"],
                                total["expected_sumsq"], total["depth_sum"], total["depth_sumsq"],

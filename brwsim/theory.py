@@ -33,7 +33,14 @@ import numpy as np
 from scipy import signal
 
 from brwsim.errors import UserError
-from brwsim.spinelaw import MAX_EXACT_ATOMS, SpineLaw, SpineSteps, X_CAP, geometric_atom_count
+from brwsim.spinelaw import (
+    MAX_EXACT_ATOMS,
+    X_CAP,
+    SpineLaw,
+    SpineSteps,
+    geometric_atom_count,
+)
+from brwsim.validate import echo
 
 __all__ = [
     "SpineLaw",
@@ -451,7 +458,6 @@ def check_family(family) -> None:
     """
     import warnings
 
-    from brwsim.validate import echo
 
     what = echo(repr(family))
     with np.errstate(all="ignore"), warnings.catch_warnings():

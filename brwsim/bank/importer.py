@@ -22,8 +22,8 @@ from brwsim.bank import jsonfile, npz
 from brwsim.bank.collect import BadInputWarning, Collector
 from brwsim.bank.store import bank_dataset
 from brwsim.errors import UserError
-from brwsim.validate import check_int, check_output_path
 from brwsim.io import write_netcdf_atomic
+from brwsim.validate import check_int, check_output_path
 
 __all__ = ["import_logprobs", "READERS"]
 

@@ -20,11 +20,16 @@ import numpy as np
 import xarray as xr
 
 from brwsim.bank.bounds import entropy_bounds
-from brwsim.bank.rows import (BOUND_NAMES, first_issue, validate_bank_rows, validate_bounds,
-                              vocab_checks)
+from brwsim.bank.rows import (
+    BOUND_NAMES,
+    first_issue,
+    validate_bank_rows,
+    validate_bounds,
+    vocab_checks,
+)
 from brwsim.errors import UserError
-from brwsim.validate import check_int
 from brwsim.io import open_dataset, provenance_attrs
+from brwsim.validate import check_int
 
 __all__ = ["BANK_VARIABLES", "bank_bounds", "bank_dataset", "bank_entropies", "load_bank",
            "read_bank"]

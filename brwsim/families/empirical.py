@@ -18,6 +18,7 @@ from brwsim.families.base import (
     tempered_listed,
 )
 from brwsim.kernels import dist as K
+from brwsim.spinelaw import SpineSteps
 
 __all__ = ['Empirical', 'validate_rows']
 
@@ -109,7 +110,6 @@ class Empirical(Family):
 
     def spine_law(self):
         """Exact atoms: every listed probability q of every row, weight q / rows."""
-        from brwsim.spinelaw import SpineSteps
 
         p = self.rows[self.rows > 0]
         return SpineSteps.atoms(-np.log(p), p / self.rows.shape[0])

@@ -17,6 +17,14 @@ from brwsim.families.geometric import Geometric
 from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
+from brwsim.spinelaw import (
+    MAX_EXACT_ATOMS,
+    SampledLaw,
+    SpineSteps,
+    ZipfLaw,
+    geometric_atom_count,
+    mixture_law,
+)
 from brwsim.validate import MAX_VOCAB
 
 __all__ = ["EntropyTarget"]
@@ -148,14 +156,6 @@ class EntropyTarget(Family):
         would need more than :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (thousands of
         distinct values on a large vocabulary) is sampled instead.
         """
-        from brwsim.spinelaw import (
-            MAX_EXACT_ATOMS,
-            SampledLaw,
-            SpineSteps,
-            ZipfLaw,
-            geometric_atom_count,
-            mixture_law,
-        )
 
         values, counts = np.unique(self.params_per_value, return_counts=True)
         share = counts / counts.sum()

@@ -9,6 +9,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments
+from brwsim.spinelaw import mixture_law
 from brwsim.validate import check_vector, echo
 
 __all__ = ["Mixture"]
@@ -73,7 +74,6 @@ class Mixture(Family):
 
     def spine_law(self):
         """The weighted sum of the components' laws (merged atoms when all are atoms)."""
-        from brwsim.spinelaw import mixture_law
 
         return mixture_law([f.spine_law() for f in self.families], self.weights)
 

@@ -26,6 +26,8 @@ from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
 from brwsim.kernels.ngram import HDR, HDR_ORDER, kn_moments, kn_table, ngram_init
+from brwsim.kernels.rng import REGIME, purpose_key, unit
+from brwsim.spinelaw import SpineSteps
 
 __all__ = ["CORPORA", "CORPUS_DIR", "NGram"]
 
@@ -293,7 +295,6 @@ class NGram(Family):
         ``path`` holds ranks from the root of ``iteration`` (as :func:`brwsim.environment.node_logprobs`);
         the first ``order - 1`` characters are the corpus context the root drew.
         """
-        from brwsim.kernels.rng import REGIME, purpose_key, unit
 
         rk = np.uint64(purpose_key(np.uint64(node_key(seed, iteration, ())), REGIME))
         u = unit(rk, 0)                 # as the kernel's root draw (brwsim.kernels.dist)
@@ -323,7 +324,6 @@ class NGram(Family):
 
         Atoms -log q_w with weight freq(context) q_w over every corpus context and token.
         """
-        from brwsim.spinelaw import SpineSteps
 
         codes, counts = np.unique(self._pos_ctx, return_counts=True)
         freq = counts / counts.sum()

@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import math
 
-
-from brwsim.kernels import kernel
 import numpy as np
 
+from brwsim.kernels import kernel
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum

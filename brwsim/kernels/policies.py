@@ -36,8 +36,19 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
-from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _aim, _before,
-                                 _new_levels, _retarget, _select, _select_by, _select_nested)
+from brwsim.kernels.tree import (
+    _ABORT,
+    _TOO_DEEP,
+    MAX_NODES,
+    _accumulate,
+    _aim,
+    _before,
+    _new_levels,
+    _retarget,
+    _select,
+    _select_by,
+    _select_nested,
+)
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
 NOISE = np.uint64(0x452821E638D01377)

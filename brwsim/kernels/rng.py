@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 
 from brwsim.kernels import kernel
-import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 
 from brwsim.kernels import kernel
-import numpy as np
 
 _EXACT_HEAD = 10
 # B_2j / (2j)! for j = 1..4

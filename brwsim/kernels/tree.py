@@ -18,11 +18,18 @@ from __future__ import annotations
 
 import math
 
-
-from brwsim.kernels import kernel, njit_cached
 import numpy as np
 
-from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, ROOT_DRAW, dist_init, dist_next
+from brwsim.kernels import kernel, njit_cached
+from brwsim.kernels.dist import (
+    CTX_F,
+    CTX_I,
+    LEVEL_F,
+    LEVEL_I,
+    ROOT_DRAW,
+    dist_init,
+    dist_next,
+)
 from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
 
 _SCALE = 1099511627776.0          # 2**40: fixed-point limb

@@ -14,8 +14,17 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.dist import (CTX_DEPTH, CTX_F, CTX_I, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET,
-                                 dist_init, dist_next)
+from brwsim.kernels.dist import (
+    CTX_DEPTH,
+    CTX_F,
+    CTX_I,
+    LEVEL_F,
+    LEVEL_I,
+    ROOT_DRAW,
+    ROOT_PRESET,
+    dist_init,
+    dist_next,
+)
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 from brwsim.kernels.tree import grow_tree, new_workspace
 

@@ -1,0 +1,40 @@
+"""The package's layering, from the CLI down to the kernels (import-linter, pyproject.toml).
+
+No module imports a module of a higher layer, so there is no import cycle; and brwsim
+imports brwsim at module level only (heavy optional dependencies aside), so the layering
+that import-linter checks is the whole truth.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_layers_contract_is_kept():
+    exe = shutil.which("lint-imports") or str(pathlib.Path(sys.executable).parent / "lint-imports")
+    if not pathlib.Path(exe).exists():
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    res = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 kept, 0 broken" in res.stdout
+
+
+def test_brwsim_imports_brwsim_at_module_level_only():
+    late = []
+    for path in (ROOT / "brwsim").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("brwsim"):
+                        late.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
+    assert not late, late
