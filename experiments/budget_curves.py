@@ -51,7 +51,8 @@ from brwsim.ceiling import ceiling, entropy_family, implied_entropy
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY
 from brwsim.io import provenance_attrs, write_netcdf_atomic
-from brwsim.policies import Noisy
+from brwsim.policies import Noisy, run_policy
+from brwsim.simulate import seed_key
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VOCAB = 32000
@@ -153,11 +154,19 @@ def chain_values(shape: str, h: float, budgets: np.ndarray, trees: int, seed: in
 
 
 def fit_chain(shape: str, tau1: float, trees: int, seed: int) -> float:
-    """The mean entropy at which the chain's first token is accepted with tau1 - 1."""
+    """The mean entropy at which the chain's first token is accepted with tau1 - 1.
+
+    The Brent iterations call :func:`brwsim.policies.run_policy`, the Monte Carlo that
+    ``simulate(..., policies=[Chain()])`` runs, on the same roots (so the same values)
+    without building a Dataset and its theory predictions each time.
+    """
     one = np.array([1], np.int64)
+    key = seed_key(seed)
+    n = _trees(shape, trees)
 
     def gap(log_h: float) -> float:
-        return float(chain_values(shape, math.exp(log_h), one, trees, seed)[0]) - tau1
+        spec = entropy_family(shape, math.exp(log_h), VOCAB).spec()
+        return 1.0 + float(run_policy(Chain(), spec, one, key, 0, n)[1].mean()) - tau1
 
     lo, hi = math.log(0.01), math.log(0.999 * (math.log(VOCAB) if shape == "zipf" else 8.0))
     if gap(lo) <= 0 or gap(hi) >= 0:
