@@ -1,4 +1,4 @@
-"""Command line: ``brwsim run | theory | ceiling`` (and the sweep and bank commands).
+"""Command line: ``brwsim run | theory | ceiling | plan | export-acceptance`` (and the sweep and bank commands).
 
 Every user error (bad family string, budget, file) prints one line
 ``brwsim: error: ...`` and exits with status 2; no output file is written then. So do the
@@ -291,6 +291,26 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    from brwsim.export import engine_settings, predicted_schedule
+    from brwsim.io import atomic_path
+
+    sched = predicted_schedule(args.family, args.policy, args.budget, args.iterations,
+                               args.seed, args.positions)
+    out = engine_settings(sched)
+    out["predicted"] = {"family": args.family, "policy": args.policy, "budget": args.budget,
+                        "iterations": args.iterations, "seed": args.seed,
+                        "acceptance_length_se": round(sched.acceptance_length_se, 6)}
+    text = json.dumps(out, indent=2) + "\n"
+    if args.out:
+        with atomic_path(args.out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``brwsim`` argument parser with every subcommand."""
 
@@ -353,6 +373,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default="", help="netCDF output (default: none)")
     pl.add_argument("--quiet", action="store_true", help="no progress bar")
     pl.set_defaults(func=_cmd_plan)
+    exp = sub.add_parser("export-acceptance", help="a predicted acceptance schedule as vLLM, "
+                         "SGLang and TensorRT-LLM synthetic-acceptance settings (JSON)")
+    exp.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    exp.add_argument("--policy", default="chain()", help="drafting policy (default chain(); "
+                     "optimal() is the speed-of-light)")
+    exp.add_argument("--budget", type=int, required=True, help="draft nodes P (a chain: num_speculative_tokens)")
+    exp.add_argument("--iterations", type=int, default=20000, help="simulated calls (default 20000)")
+    exp.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    exp.add_argument("--positions", type=int, help="schedule length K (default: budget for a chain, "
+                     "else the deepest accepted path)")
+    exp.add_argument("--out", default="", help="also write the JSON here")
+    exp.set_defaults(func=_cmd_export)
     for module in ("brwsim.sweep", "brwsim.inspect_cmd"):
         importlib.import_module(module).register(sub)
     return parser

@@ -4,8 +4,10 @@ A policy is evaluated on the very environment of the optimal tree (same seed, it
 and node keys) and against the same sampled target path, so policies compare on common
 random numbers. For each budget P it records the sampled accepted count X (path nodes
 inside its tree), E[X | T] (the sum of TRUE path probabilities over its tree) and the
-depth of its tree. A policy's trees are prefix-closed and nested (the tree of P is inside
-the tree of P + 1), so no policy can beat :class:`Optimal` on E[X | T] in any iteration.
+depth of its tree. A policy's trees are prefix-closed sets of at most P nodes, so no policy
+can beat :class:`Optimal` on E[X | T] in any iteration; they are also nested (the tree of P
+inside the tree of P + 1) except for :class:`Sequoia` with an unsorted vector, whose DP
+trees of different budgets need not nest.
 A policy may use fewer than P nodes (a static shape smaller than P, a dynamic tree with
 fewer candidates); the rest of its budget is wasted.
 
@@ -13,7 +15,7 @@ String forms (for the CLI and configs), parsed by :func:`parse_policy`::
 
     optimal()   chain()   kary(k=4)   expansion(widths=[4, 2, 2])
     sequoia(acceptance=[0.6, 0.15, 0.05], max_depth=8)
-    dynamic(depth=6, topk=10, total=60)   noisy(sigma=0.5, T=1.0)
+    dynamic(depth=6, topk=10, total=59)   noisy(sigma=0.5, T=1.0, gamma=0.5)
 
 Static shapes (chain, k-ary, expansion, Sequoia) map to the random environment by rank
 paths: "the child of rank r" is the target's r-th most likely token at that node.
@@ -207,9 +209,10 @@ class _StaticPolicy(Policy):
         raise NotImplementedError
 
     def shape(self, p_max: int) -> list[tuple[int, ...]]:
-        """Rank paths of the shape's first ``p_max`` nodes, in priority order.
+        """Rank paths of the tree of budget ``p_max``, in priority order.
 
-        The tree of budget P is the first P of them (all of them if fewer).
+        When the policy's trees nest (all but an unsorted :class:`Sequoia`), the tree of
+        any budget P <= ``p_max`` is the first P of them (all of them if fewer).
         """
         parent, rank = self._priority(p_max)
         paths: list[tuple[int, ...]] = []
@@ -221,7 +224,8 @@ class _StaticPolicy(Policy):
         cache = self.__dict__.setdefault("_shape_cache", {})
         if p_max not in cache:
             parent, rank = self._priority(p_max)
-            cache.clear()
+            if len(cache) >= 64:
+                cache.clear()
             cache[p_max] = _compile_shape(np.asarray(parent, np.int64), np.asarray(rank, np.int64))
         return cache[p_max]
 
@@ -313,25 +317,38 @@ class Expansion(_StaticPolicy):
 
 
 class Sequoia(_StaticPolicy):
-    """The static tree that is optimal for a positional acceptance vector (Sequoia).
+    """The static tree that Sequoia's dynamic programme builds for a positional acceptance vector.
 
     Under the positional assumption, the child of rank r of any node is accepted with
-    probability ``acceptance[r]``: this is the environment ``Fixed(acceptance)``, whose
-    optimal tree of P nodes (ties by depth, then rank path) is the shape used, applied to
-    the random environment by rank paths. With ``max_depth``, the shape is the top P among
-    nodes of depth <= ``max_depth``. The shape is computed once per policy and budget set
-    (best-first with ``heapq``).
+    probability ``acceptance[r]``, and a node may have the child of rank r only together
+    with the children of ranks 0..r-1 (Sequoia's DP, ``tree_search.py`` of
+    Infini-AI-Lab/Sequoia: a node with b children has the children 1..b of its 1-indexed
+    vector). The tree of budget P is the DP's best tree of P draft nodes (P + 1 with the
+    root, which Sequoia counts) and at most ``max_depth`` draft levels (Sequoia's "depth"
+    d counts the root too: its tree of (size n, depth d) is ``Sequoia(a, max_depth=d -
+    1)`` at P = n - 1), applied to the random environment by rank paths.
+
+    * A non-increasing vector: the DP's tree is the top P nodes by path product (ties by
+      depth, then rank path), i.e. the optimal tree of the environment ``Fixed(acceptance)``,
+      grown best-first with ``heapq``; the trees of the budgets nest. Ranks of acceptance 0
+      are never used.
+    * Any other vector: the tree is the DP's own (O(P^2 L B) time for L levels and B
+      ranks), computed per budget, and the trees of different budgets need not nest. It
+      is *not* the optimal tree of ``Fixed(acceptance)``, which sorts its vector: for
+      ``[0.3, 0.35, 0.1]`` at P = 1 the DP takes rank 0 (0.3), never rank 1 alone.
 
     Parameters
     ----------
     acceptance : list of float
         Acceptance probability of the child of each rank (each in [0, 1], sum <= 1,
-        one of them positive); it need not be sorted.
+        one of them positive), in rank order 0, 1, ...
     max_depth : int, optional
-        Depth cap (>= 1).
+        Cap on the draft depth (>= 1; the root is depth 0).
     """
 
     name = "sequoia"
+    #: Largest DP size (m^2 L B / 2 steps) accepted for an unsorted vector.
+    MAX_DP_STEPS = 4_000_000_000
 
     def __init__(self, acceptance: Sequence[float], max_depth: int | None = None) -> None:
         try:
@@ -349,6 +366,11 @@ class Sequoia(_StaticPolicy):
             raise UserError("acceptance must contain a positive probability")
         self.acceptance = a
         self.max_depth = _optional_int("max_depth", max_depth, 1)
+
+    @property
+    def nested(self) -> bool:
+        """True when the trees of all budgets nest (a non-increasing vector)."""
+        return bool(np.all(np.diff(self.acceptance) <= 0))
 
     @classmethod
     def from_family(cls, family: Family, size: int = 32, samples: int = 2000, seed: int = 0,
@@ -381,6 +403,8 @@ class Sequoia(_StaticPolicy):
         return {"acceptance": [float(x) for x in self.acceptance], "max_depth": self.max_depth}
 
     def _priority(self, p_max):
+        if not self.nested:
+            return self._dp_tree(p_max)
         a = self.acceptance
         ranks = np.argsort(-a, kind="stable")
         ranks = ranks[a[ranks] > 0]
@@ -401,6 +425,52 @@ class Sequoia(_StaticPolicy):
                                       par, j + 1, s_par))
         return np.asarray(parent, np.int64), np.asarray(rank, np.int64)
 
+    def _dp_tree(self, p_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, rank) of the DP's tree of ``p_max`` draft nodes, breadth-first."""
+        nb = self.acceptance.size
+        levels = (self.max_depth if self.max_depth is not None else p_max) + 1
+        cap, width = 1, 1                        # nodes (root included) within the levels
+        for _ in range(levels - 1):
+            width *= nb
+            cap += width
+            if cap > p_max:
+                break
+        m = min(p_max + 1, cap)
+        if m * m / 2 * levels * nb > self.MAX_DP_STEPS:
+            raise UserError(f"{self!r}: Sequoia's DP for an unsorted vector at P = {p_max} "
+                            f"needs ~{m * m // 2 * levels * nb:.3g} steps; give max_depth or a "
+                            "non-increasing vector")
+        p = np.concatenate([[0.0], self.acceptance])
+        _, Y, _, arg = _k.sequoia_dp(p, m, levels)
+        parent, rank = [], []
+        queue = [(m, levels, int(arg[m, levels]))]   # DP states, breadth-first
+        head = 0
+        while head < len(queue):
+            mm, ll, b = queue[head]
+            me = head - 1                        # priority index of this node (root: -1)
+            head += 1
+            kids = []
+            while b >= 2:
+                y = int(Y[mm, ll, b])
+                kids.append((mm - y, ll - 1, int(arg[mm - y, ll - 1])))
+                mm, b = y, b - 1
+            if b == 1:
+                kids.append((mm - 1, ll - 1, int(arg[mm - 1, ll - 1])))
+            for r, (cm, cl, cb) in enumerate(reversed(kids)):
+                parent.append(me)
+                rank.append(r)
+                queue.append((cm, cl, cb))
+        return np.asarray(parent, np.int64), np.asarray(rank, np.int64)
+
+    def run_roots(self, spec, budgets, roots):
+        if self.nested:
+            return super().run_roots(spec, budgets, roots)
+        acc, exp, dep = _outputs(budgets.size, roots.keys.size)
+        for j, b in enumerate(budgets.tolist()):
+            one = super().run_roots(spec, np.array([b], np.int64), roots)
+            acc[j], exp[j], dep[j] = one[0][0], one[1][0], one[2][0]
+        return acc, exp, dep
+
 
 class Dynamic(Policy):
     """EAGLE-2/3 dynamic trees: expand the best nodes layer by layer, then rerank.
@@ -412,14 +482,26 @@ class Dynamic(Policy):
     prefix-closed because a child's value never exceeds its parent's. The drafter here
     knows the true probabilities (combine with noise only through :class:`Noisy`).
 
+    EAGLE's convention (``SafeAILab/EAGLE``, ``eagle/model/cnets.py``, ``topK_genrate``,
+    commit cb7e084): its user-facing ``depth`` D counts the layers after the first (the
+    loop ``for i in range(depth)`` follows the root's top-k), and its ``total_token`` N
+    counts the root, which is prepended to the drafted tokens (``self.total_tokens =
+    total_tokens - 1``). So EAGLE's tree for (D, k, N) is ``Dynamic(depth=D + 1, topk=k,
+    total=N - 1)``, at any P >= N - 1. The released defaults are ``depth=5, top_k=10,
+    total_token=60`` for EAGLE-2 (``eagle/evaluation/gen_ea_answer_*.py``; the EAGLE-2
+    paper's "depth 6" counts layers) and ``depth=7, top_k=10, total_token=60`` for EAGLE-3
+    (``EaModel.from_pretrained``; the EAGLE-3 paper's depth 8): ``Dynamic(6, 10, 59)`` and
+    ``Dynamic(8, 10, 59)``.
+
     Parameters
     ----------
     depth : int
-        Number of layers (>= 1).
+        Number of layers (>= 1), i.e. the tree's maximal depth (EAGLE's depth + 1).
     topk : int
         Nodes expanded per layer and children per expanded node (>= 1).
     total : int, optional
-        Cap on the tree size (EAGLE's ``total_tokens``); default: no cap beyond P.
+        Cap on the number of draft nodes (EAGLE's ``total_token`` - 1); default: no cap
+        beyond P.
     """
 
     name = "dynamic"
@@ -449,8 +531,11 @@ class Noisy(Policy):
     """Best-first by an imperfect drafter's estimate; acceptance uses the truth.
 
     The drafter's log-probability of the child of rank r of node v is
-    ``log q_v[r] / T + sigma * Z`` (Z standard normal, a hash of the child's key, purpose
-    ``NOISE``), renormalised over the node. The drafter scores the true top ``K = 64``
+    ``log q_v[r] / T + sigma_d * Z`` (Z standard normal, a hash of the child's key, purpose
+    ``NOISE``), renormalised over the node, where d >= 1 is the child's depth below the
+    call's root and ``sigma_d = sigma * d**gamma``: with ``gamma > 0`` the drafter degrades
+    the further it drafts from the last verified token (``gamma = 0``, the default, is the
+    depth-independent drafter, bit for bit). The drafter scores the true top ``K = 64``
     ranks (all ranks if fewer) individually; the true mass m outside them enters the
     normaliser as its tempered mass times E[exp(sigma Z)] = exp(sigma**2 / 2). This is an
     approximation: the tempered mass of a tail of ranks >= K is taken as
@@ -467,19 +552,25 @@ class Noisy(Policy):
     Parameters
     ----------
     sigma : float
-        Noise scale in nats (>= 0).
+        Noise scale in nats at depth 1 (>= 0).
     T : float, default 1.0
         Temperature mismatch (> 0): the drafter sees q**(1/T), renormalised.
+    gamma : float, default 0.0
+        Growth of the noise with depth (>= 0): sigma_d = sigma * d**gamma.
     """
 
     name = "noisy"
 
-    def __init__(self, sigma: float, T: float = 1.0) -> None:
+    def __init__(self, sigma: float, T: float = 1.0, gamma: float = 0.0) -> None:
         self.sigma = check_positive("sigma", sigma, allow_zero=True)
         self.T = check_positive("T", T)
+        self.gamma = check_positive("gamma", gamma, allow_zero=True)
 
     def params(self) -> dict[str, Any]:
-        return {"sigma": self.sigma, "T": self.T}
+        out: dict[str, Any] = {"sigma": self.sigma, "T": self.T}
+        if self.gamma != 0.0:                  # the string form of gamma = 0 is unchanged
+            out["gamma"] = self.gamma
+        return out
 
     def run_roots(self, spec, budgets, roots):
         acc, exp, dep = _outputs(budgets.size, roots.keys.size)
@@ -487,7 +578,8 @@ class Noisy(Policy):
         visited, _ = _k.noisy_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
                                     spec.cprog, spec.head_cap, roots.keys, roots.mode, roots.ci,
                                     roots.cf,
-                                    self.sigma, 1.0 / self.T, _k.HEAD_K, budgets, t_start,
+                                    self.sigma, self.gamma, 1.0 / self.T, _k.HEAD_K, budgets,
+                                    t_start,
                                     acc, exp, dep)
         if visited < 0:
             raise UserError("more than 2**28 nodes tie at one estimated path probability; use "

@@ -4,7 +4,13 @@ On common random numbers (same environments, same sampled target paths), the fra
 the optimal E[X] reached by static trees (chain, k-ary, Medusa-style expansion, Sequoia
 fitted to the family), EAGLE-2/3-style dynamic trees, and best-first drafters whose
 estimates carry log-probability noise of scale sigma, for P = 1..4096 and the budgets real
-systems use (48-64 for EAGLE-2/3, 768 for Sequoia/SpecExec-scale trees). Families: the
+systems use (48-64 for EAGLE-2/3, 768 for Sequoia/SpecExec-scale trees). The EAGLE rows
+are the released defaults under the mapping ``Dynamic(depth=D + 1, topk=k, total=N - 1)``
+for EAGLE's depth D and total_token N (see :class:`brwsim.policies.Dynamic`): EAGLE-2
+(D = 5, k = 10, N = 60) and EAGLE-3 (D = 7, k = 10, N = 60), plus the EAGLE-3 shape without
+its 59-node cap. One drafter degrades with depth, ``noisy(sigma, gamma)`` with sigma_d =
+sigma d**gamma, fitted (on the default family, by ``experiments/budget_curves.py``'s
+functions and seed) to the per-position acceptance 0.652 x^-0.449 over x = 1..8. Families: the
 LLM-like default mixture and, when available, character n-gram models of English prose
 and Python code. Writes ``data/drafter_gap.nc`` and ``data/drafter_gap.png``.
 
@@ -30,8 +36,32 @@ from brwsim.simulate import policy_gap, validate_budgets
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 POLICIES = ["optimal()", "chain()", "kary(k=2)", "kary(k=4)", "expansion(widths=[4, 2, 2, 1, 1, 1, 1])",
-            "dynamic(depth=6, topk=10)", "dynamic(depth=8, topk=10)", "noisy(sigma=0.25)",
+            "dynamic(depth=6, topk=10, total=59)", "dynamic(depth=8, topk=10, total=59)",
+            "dynamic(depth=8, topk=10)", "noisy(sigma=0.25)",
             "noisy(sigma=0.5)", "noisy(sigma=1.0)", "noisy(sigma=2.0)"]
+#: What each policy stands for (the figure's and the README's labels).
+LABELS = {
+    "dynamic(depth=6, topk=10, total=59)": "EAGLE-2 default (depth=5, top_k=10, total_token=60)",
+    "dynamic(depth=8, topk=10, total=59)": "EAGLE-3 default (depth=7, top_k=10, total_token=60)",
+    "dynamic(depth=8, topk=10)": "EAGLE-3 shape, no total_token cap",
+}
+
+
+def depth_degrading_policy(quick: bool = False) -> str:
+    """``noisy(sigma, T=1, gamma)`` fitted to 0.652 x^-0.449 on x = 1..8 (default family).
+
+    The same grid, trees and seed as ``experiments/budget_curves.py`` (coarser with
+    ``quick``), so both scripts report the same drafter.
+    """
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import budget_curves as bc                    # noqa: E402 - a sibling script
+    sig = np.geomspace(0.05, 20.0, 9 if quick else 25)
+    sigma, gamma = bc.fit_power_law(sig, bc.first_position_curve(sig, 300 if quick else 4000,
+                                                                 bc.SEED),
+                                    np.arange(1, 9, dtype=float))
+    return str(parse_policy(f"noisy(sigma={sigma:.3f}, T=1.0, gamma={gamma:.3f})"))
 
 
 def families() -> dict[str, str]:
@@ -46,10 +76,11 @@ def families() -> dict[str, str]:
     return out
 
 
-def measure(label: str, text: str, budgets: np.ndarray, trees: int, seed: int):
+def measure(label: str, text: str, budgets: np.ndarray, trees: int, seed: int,
+            policies: list[str]):
     """Per-policy mean E[X | T] and the paired fraction of optimal with its standard error."""
     fam = parse_family(text)
-    pols = [parse_policy(p) for p in POLICIES] + [Sequoia.from_family(fam, size=32, samples=2000)]
+    pols = [parse_policy(p) for p in policies] + [Sequoia.from_family(fam, size=32, samples=2000)]
     ds = simulate(fam, budgets, trees, seed=seed, policies=pols)
     g = policy_gap(ds)                                   # paired on the optimal trees
     return (label, [str(p) for p in ds.policy.values], g.expected_mean.values,
@@ -67,7 +98,10 @@ def main() -> None:
         budgets = budgets[budgets <= 256]
     trees = 150 if args.quick else 600
     fams = families()
-    rows = Parallel(n_jobs=args.jobs)(delayed(measure)(k, v, budgets, trees, 7 + i)
+    degrading = depth_degrading_policy(args.quick)
+    policies = POLICIES + [degrading]
+    labels_of = LABELS | {degrading: "depth-degrading drafter fitted to 0.652 x^-0.449 (x = 1..8)"}
+    rows = Parallel(n_jobs=args.jobs)(delayed(measure)(k, v, budgets, trees, 7 + i, policies)
                                       for i, (k, v) in enumerate(fams.items()))
     labels = rows[0][1][:-1] + ["sequoia (fitted to the family)"]
     dims = ("family", "policy", "budget")
@@ -81,8 +115,10 @@ def main() -> None:
                                                     "(paired, delta method)", "units": "1"})},
         coords={"family": ("family", [r[0] for r in rows], {"long_name": "family", "units": "1"}),
                 "policy": ("policy", labels, {"long_name": "drafting policy", "units": "1"}),
+                "label": ("policy", [labels_of.get(p, p) for p in labels],
+                          {"long_name": "what the policy stands for", "units": "1"}),
                 "budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
-        attrs=provenance_attrs("brwsim drafter gap", {"families": fams, "policies": POLICIES,
+        attrs=provenance_attrs("brwsim drafter gap", {"families": fams, "policies": policies,
                                                       "trees": trees}, 7, "python experiments/drafter_gap.py"))
     ds["sequoia_policies"] = xr.Variable(("family",), [r[1][-1] for r in rows],
                                          {"long_name": "fitted Sequoia policy", "units": "1"})
@@ -97,7 +133,7 @@ def main() -> None:
         for pol in ds.policy.values[1:]:
             cells = " ".join(f"{float(ds.fraction_of_optimal.sel(family=fam, policy=pol, budget=p)):6.3f}"
                              for p in show)
-            print(f"   {pol:42s} {cells}")
+            print(f"   {pol:50s} {cells}")
     print(f"wrote {out}")
 
 
@@ -115,7 +151,7 @@ def plot(ds: xr.Dataset, path: Path) -> None:
         for pol in ds.policy.values[1:]:
             d = ds.sel(family=fam, policy=pol)
             ax.errorbar(x, d.fraction_of_optimal, yerr=2 * d.fraction_se, ms=3, marker="o",
-                        label=str(pol)[:40], lw=1)
+                        label=str(d.label.values)[:52], lw=1)
         for p in (48, 64, 768):
             ax.axvline(np.log2(p), color="grey", lw=0.5, ls=":")
         ax.set_ylim(0, 1.02)

@@ -78,12 +78,14 @@ def _budget_readings(system: str, budget: str, definition: str) -> tuple[int, in
     n = int(budget) if budget.strip() else None
     if system in ("EAGLE-2", "EAGLE-3"):     # released code: N tokens = root + (N - 1) drafted
         return n - 1, n, 6 if system == "EAGLE-2" else 8
-    if system == "Sequoia":                  # size n counts the root; depth d per row
+    if system == "Sequoia":                  # (size n, depth d) both count the root
         m = re.search(r"\(size, depth\) = \((\d+), (\d+)\)", definition)
         if m is None:
             raise UserError(f"Sequoia row with budget {budget}: budget_definition lacks "
                             "'(size, depth) = (n, d)'")
-        return n - 1, n - 1, int(m.group(2))
+        # tree_search.py: T[m][l] has m nodes and l levels, the root being level 1, so the
+        # draft depth is at most d - 1 (the shipped (128, 10) greedy growmap has depth 9)
+        return n - 1, n - 1, int(m.group(2)) - 1
     if system == "OPT-Tree":                 # root excluded; unreported n in {25, 50, 60}
         return (n, n, -1) if n else (25, 60, -1)
     if system == "DySpec":                   # 64, root counting unstated

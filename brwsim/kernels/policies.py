@@ -269,14 +269,18 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
 # Noisy drafter
 
 @kernel
-def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sigma, beta, exact,
-                 kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
+def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sigma1, gamma, beta,
+                 exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
+                 head):
     """Set up level ``d``: true head ranks, the drafter's estimates, the path state.
 
     Buffers ranks 0..kh (the head plus the first tail rank) in ``lqb[d]``; ``leb[d, r]``
     is the estimated log q of head rank r, ``z_lev[d]`` the constant that turns a tail
-    rank's beta * log q into its estimate, ``h_lev[d]`` the largest head estimate.
+    rank's beta * log q into its estimate, ``h_lev[d]`` the largest head estimate. The
+    children are at depth d + 1, so their noise scale is ``sigma1 * (d + 1) ** gamma``
+    (exactly ``sigma1`` when ``gamma == 0``).
     """
+    sigma = sigma1 if gamma == 0.0 else sigma1 * (d + 1.0) ** gamma
     _init_node(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, prow, rank)
     g = 0
     while g <= kh:
@@ -346,8 +350,8 @@ def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sig
 
 
 @kernel
-def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sigma, beta, exact,
-                   kh, t, cap,
+def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sigma, gamma, beta,
+                   exact, kh, t, cap,
                    dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
                    r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
     """Nodes with estimated position <= t, in pre-order (children in rank order).
@@ -365,8 +369,8 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
     t_lev[0] = 0.0
     li[0, CTX_I] = rci
     lf[0, CTX_F] = rcf
-    _noisy_level(kinds, cw, fpar, ipar, data, cprog, rkey, 0, rmode, 0, 1, sigma, beta, exact,
-                 kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head)
+    _noisy_level(kinds, cw, fpar, ipar, data, cprog, rkey, 0, rmode, 0, 1, sigma, gamma, beta,
+                 exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head)
     r_lev[0] = 0 if -h_lev[0] <= t else min(g_lev[0], kh)
     n = 0
     d = 0
@@ -420,8 +424,8 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
         keys[d] = ck
         s_lev[d] = sc
         t_lev[d] = st
-        _noisy_level(kinds, cw, fpar, ipar, data, cprog, ck, d, d - 1, r, child_on, sigma, beta,
-                     exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
+        _noisy_level(kinds, cw, fpar, ipar, data, cprog, ck, d, d - 1, r, child_on, sigma, gamma,
+                     beta, exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
                      head)
         r_lev[d] = 0 if sc - h_lev[d] <= t else min(g_lev[d], kh)
     return n
@@ -437,9 +441,12 @@ def _noisy_levels(n_levels, head_cap, kh):
 
 
 @njit_cached
-def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, sigma, beta,
-                kh, budgets, t_start, acc_out, exp_out, dep_out):
+def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, sigma, gamma,
+                beta, kh, budgets, t_start, acc_out, exp_out, dep_out):
     """Best-first trees by the drafter's estimate below the roots ``rkeys`` (see static_chunk).
+
+    The noise of a node at depth d (>= 1, below its call's root) has scale
+    ``sigma * d ** gamma``.
 
     ``sigma == 0 and beta == 1`` is the exact drafter: estimates are the true
     log-probabilities, unnormalised, so the trees are bit for bit the optimal ones. The
@@ -465,7 +472,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
         t_hi = np.inf
         while True:
             n = _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci[col], rcf[col],
-                               sigma, beta, exact, kh,
+                               sigma, gamma, beta, exact, kh,
                                t, cap, p_max, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev,
                                u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
                                head)
@@ -491,3 +498,52 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
         _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
         t = _aim(n, p_max, t)
     return visited, t
+
+
+# ---------------------------------------------------------------------------------------
+# Sequoia's dynamic programme (static trees for a positional acceptance vector)
+
+@njit_cached
+def sequoia_dp(p, m_max, levels):
+    """Sequoia's DP tables (``tree_search.py`` of Infini-AI-Lab/Sequoia, same recursion).
+
+    ``p[b]`` (b = 1..B) is the acceptance of a node's b-th child (``p[0]`` unused, as in
+    Sequoia's vector file). ``T[m, l, b]`` is the largest expected number of accepted
+    nodes, root included, of a tree of exactly m nodes (root included) and at most l
+    levels (root = level 1) whose root has the children 1..b (never child b without the
+    children below it); -inf where no such tree exists. ``T[m, l, b] = max_y T[y, l, b-1]
+    + p[b] * tmax[m - y, l - 1]`` with ``tmax[m, l] = max_b T[m, l, b]``; the first best
+    y (``Y``) and the first best b (``arg``) are kept, as Sequoia keeps them.
+    """
+    nb = p.shape[0] - 1
+    T = np.full((m_max + 1, levels + 1, nb + 1), NEG_INF)
+    Y = np.zeros((m_max + 1, levels + 1, nb + 1), np.int32)
+    tmax = np.full((m_max + 1, levels + 1), NEG_INF)
+    arg = np.zeros((m_max + 1, levels + 1), np.int32)
+    for l in range(1, levels + 1):
+        T[1, l, 0] = 1.0
+        tmax[1, l] = 1.0
+    for m in range(2, m_max + 1):
+        for l in range(2, levels + 1):
+            if nb >= 1 and tmax[m - 1, l - 1] > NEG_INF:
+                T[m, l, 1] = 1.0 + p[1] * tmax[m - 1, l - 1]
+            for b in range(2, nb + 1):
+                best = NEG_INF
+                by = 0
+                for y in range(1, m):
+                    a = T[y, l, b - 1]
+                    c = tmax[m - y, l - 1]
+                    if a > NEG_INF and c > NEG_INF:
+                        v = a + p[b] * c
+                        if v > best:
+                            best = v
+                            by = y
+                T[m, l, b] = best
+                Y[m, l, b] = by
+            bb = 0
+            for b in range(1, nb + 1):
+                if T[m, l, b] > T[m, l, bb]:
+                    bb = b
+            tmax[m, l] = T[m, l, bb]
+            arg[m, l] = bb
+    return T, Y, tmax, arg

@@ -173,8 +173,10 @@ def test_static_shapes():
     assert Expansion([3, 2]).shape(100) == [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (1, 1),
                                             (2, 0), (2, 1)]
     assert Expansion([2, 1, 1]).shape(4) == [(0,), (1,), (0, 0), (1, 0)]
-    # Sequoia: an unsorted vector maps the best value to its rank; a depth cap stops growth
-    assert Sequoia([0.1, 0.6]).shape(5) == [(1,), (1, 1), (1, 1, 1), (1, 1, 1, 1), (0,)]
+    # Sequoia: rank 1 only with rank 0 (its DP), even when rank 1 is more likely
+    assert Sequoia([0.1, 0.6]).shape(1) == [(0,)]
+    assert Sequoia([0.1, 0.6]).shape(2) == [(0,), (1,)]
+    assert Sequoia([0.3, 0.35, 0.1, 0.05, 0.02]).shape(1) == [(0,)]     # issue 15's example
     assert Sequoia([0.6, 0.1], max_depth=1).shape(10) == [(0,), (1,)]
 
 
@@ -205,10 +207,12 @@ def test_static_policies_against_python(policy, family):
     budgets = [1, 2, 7, 30]
 
     def trees(env, budgets):
-        shape = policy.shape(max(budgets))
-        return [shape[:b] for b in budgets]
+        return [policy.shape(b) for b in budgets]
 
     check_against(policy, family, budgets, trees)
+    if getattr(policy, "nested", True):
+        shape = policy.shape(max(budgets))
+        assert all(policy.shape(b) == shape[:b] for b in budgets)
 
 
 def _dynamic_trees(depth, topk, total):
@@ -246,12 +250,13 @@ def _noise(key, r):
     return normal(np.uint64(purpose_key(ck, NOISE)), 0)
 
 
-def _noisy_trees(sigma, temp):
+def _noisy_trees(sigma1, temp, gamma=0.0):
     """Best-first by the drafter's estimate, written out from the docstring of Noisy."""
     beta = 1.0 / temp
 
     def trees(env, budgets):
         def children(path, s):
+            sigma = sigma1 * (len(path) + 1) ** gamma      # the children's depth
             lq = env.lq(path)
             key = np.uint64(node_key(env.seed, env.it, path))
             finite = int(np.sum(lq > -math.inf))
@@ -280,16 +285,18 @@ def _noisy_trees(sigma, temp):
     return trees
 
 
-@pytest.mark.parametrize("sigma,temp,family", [
-    (0.7, 1.0, Dirichlet(0.3, 20)), (0.3, 1.7, Dirichlet(0.3, 20)), (1.5, 0.6, Fixed([0.6, 0.3])),
-    (0.5, 1.3, Zipf(1.5, 150)), (0.5, 1.0, Uniform(100))], ids=repr)
-def test_noisy_against_python(sigma, temp, family):
+@pytest.mark.parametrize("sigma,temp,gamma,family", [
+    (0.7, 1.0, 0.0, Dirichlet(0.3, 20)), (0.3, 1.7, 0.0, Dirichlet(0.3, 20)),
+    (1.5, 0.6, 0.0, Fixed([0.6, 0.3])), (0.5, 1.3, 0.0, Zipf(1.5, 150)),
+    (0.5, 1.0, 0.0, Uniform(100)), (0.4, 1.0, 0.7, Dirichlet(0.3, 20)),
+    (0.3, 1.4, 1.2, Zipf(1.5, 150)), (0.8, 0.7, 0.5, Fixed([0.6, 0.3]))], ids=repr)
+def test_noisy_against_python(sigma, temp, gamma, family):
     """Zipf(1.5, 150) and Uniform(100) have tails beyond the K = 64 scored ranks."""
     budgets = [1, 4, 15, 40]
-    acc, exp, dep = run(Noisy(sigma, temp), family, budgets, seed=9, iterations=3)
+    acc, exp, dep = run(Noisy(sigma, temp, gamma), family, budgets, seed=9, iterations=3)
     for it in range(3):
         env = Env(family, 9, it, k=256)
-        e, x, d = env.score(_noisy_trees(sigma, temp)(env, budgets))
+        e, x, d = env.score(_noisy_trees(sigma, temp, gamma)(env, budgets))
         np.testing.assert_allclose(exp[:, it], e, rtol=0, atol=1e-12)
         assert acc[:, it].tolist() == x
         assert dep[:, it].tolist() == d
@@ -335,7 +342,7 @@ def test_noisy_drafter_certain_along_a_path(policy):
 
 
 ALL = [Optimal(), Chain(), KAry(3), Expansion([4, 2]), Sequoia([0.5, 0.2]), Dynamic(3, 4, 20),
-       Noisy(0.5), Noisy(0.2, T=2.0)]
+       Noisy(0.5), Noisy(0.2, T=2.0), Noisy(0.3, T=1.5, gamma=0.8), Sequoia([0.2, 0.5, 0.1])]
 
 
 @pytest.mark.parametrize("policy", ALL, ids=repr)
@@ -365,7 +372,8 @@ _POLICIES = st.one_of(
               st.one_of(st.none(), st.integers(1, 5))),
     st.builds(Dynamic, st.integers(1, 6), st.integers(1, 6),
               st.one_of(st.none(), st.integers(1, 60))),
-    st.builds(Noisy, st.floats(0.0, 2.0), st.floats(0.4, 2.5)),
+    st.builds(Noisy, st.floats(0.0, 2.0), st.floats(0.4, 2.5),
+              st.one_of(st.just(0.0), st.floats(0.0, 1.5))),
 )
 
 
@@ -378,7 +386,8 @@ def test_no_policy_beats_optimal(family, policy, budgets, seed):
     opt = run(Optimal(), family, budgets, seed, iterations=3)
     acc, exp, dep = run(policy, family, budgets, seed, iterations=3)
     assert np.all(exp <= opt[1])           # exact: same nodes, same fixed-point sums
-    assert np.all(np.diff(exp, axis=0) >= 0) and np.all(np.diff(acc, axis=0) >= 0)
+    if getattr(policy, "nested", True):    # an unsorted Sequoia's DP trees need not nest
+        assert np.all(np.diff(exp, axis=0) >= 0) and np.all(np.diff(acc, axis=0) >= 0)
     assert np.all(acc <= dep) and np.all(exp <= np.asarray(budgets)[:, None])
 
 
@@ -395,6 +404,8 @@ INVALID = [
     (lambda: Dynamic(2, 0), "topk"), (lambda: Dynamic(2, 2, total=0), "total"),
     (lambda: Dynamic(10 ** 6, 100), "2\\*\\*26"), (lambda: Noisy(-1.0), "sigma"),
     (lambda: Noisy(float("nan")), "sigma"), (lambda: Noisy(0.5, T=0), "T"),
+    (lambda: Noisy(0.5, gamma=-0.1), "gamma"),
+    (lambda: run_policy(Sequoia([0.2, 0.5]), _spec(Fixed([0.5])), [4000], 0, 0, 1), "max_depth"),
     (lambda: run_policy("chain", None, [1], 0, 0, 1), "policy"),
 ]
 
@@ -419,6 +430,8 @@ def test_string_forms_round_trip(policy):
     ("sequoia([0.5, 0.2], max_depth=none)", Sequoia([0.5, 0.2])),
     ("dynamic(depth=6, topk=10, total=60)", Dynamic(6, 10, 60)),
     ("noisy(0.5, T=2)", Noisy(0.5, 2.0)),
+    ("noisy(0.5, T=2, gamma=0)", Noisy(0.5, 2.0)),
+    ("noisy(sigma=0.5, gamma=0.4)", Noisy(0.5, 1.0, 0.4)),
 ])
 def test_parse_policy(text, want):
     got = parse_policy(text)
@@ -472,3 +485,181 @@ def test_depth_capped_optimal_in_generation_runs_and_string_form():
     assert free.depth.values.max() > 3                      # the cap binds on this family
     with pytest.raises(UserError, match="max_depth"):
         Optimal(max_depth=0)
+
+
+# ---------------------------------------------------------------------------------------
+# Depth-degrading drafter
+
+@pytest.mark.parametrize("name", sorted(FAMILY_TABLE))
+def test_noisy_gamma_zero_is_todays_drafter_bit_for_bit(name):
+    """gamma = 0 against a copy of the kernel call without the gamma argument's effect."""
+    family = FAMILY_TABLE[name]
+    for sigma, temp in [(0.5, 1.0), (1.0, 1.6)]:
+        base = run(Noisy(sigma, temp), family, BUDGETS, seed=3, iterations=4)
+        zero = run(Noisy(sigma, temp, gamma=0.0), family, BUDGETS, seed=3, iterations=4)
+        tiny = run(Noisy(sigma, temp, gamma=1e-300), family, BUDGETS, seed=3, iterations=4)
+        for a, b, c in zip(base, zero, tiny):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, c)       # d**1e-300 == 1.0: the other branch
+    assert repr(Noisy(0.5, 1.0, 0.0)) == repr(Noisy(0.5)) and "gamma" not in repr(Noisy(0.5))
+
+
+def test_noisy_gamma_degrades_deep_nodes_only():
+    """Depth-1 noise is sigma for every gamma; a larger gamma loses more E[X] at depth."""
+    fam = Dirichlet(0.1, 50)
+    e0 = run(Noisy(0.5), fam, [1, 64], seed=2, iterations=300)[1].mean(axis=1)
+    e1 = run(Noisy(0.5, gamma=1.0), fam, [1, 64], seed=2, iterations=300)[1].mean(axis=1)
+    # P = 1 is the first-level argmax, whose noise is sigma * 1**gamma for any gamma
+    assert e0[0] == e1[0]
+    assert e1[1] < e0[1] - 0.05
+
+
+# ---------------------------------------------------------------------------------------
+# Peer conventions: Sequoia's DP and EAGLE's topK_genrate, ported independently
+
+def _sequoia_dp_port(p, max_budget, max_depth):
+    """Sequoia's tree_search.py DP (Infini-AI-Lab/Sequoia @ 0ff3ff7), ported to plain Python.
+
+    ``p`` is Sequoia's vector layout (p[0] unused, p[b] the b-th child's acceptance);
+    returns ``results[m][l]`` = T[m][l].max(), the best expected number of accepted
+    tokens, root included, of a tree of m nodes (root included) and at most l levels.
+    """
+    neg = -math.inf
+    nb = len(p) - 1
+    T = [[[neg] * (nb + 1) for _ in range(max_depth + 1)] for _ in range(max_budget + 1)]
+    for l in range(1, max_depth + 1):
+        T[1][l][0] = 1.0
+    for m in range(2, max_budget + 1):
+        for l in range(2, max_depth + 1):
+            best_below = max(T[m - 1][l - 1])
+            T[m][l][1] = 1 + p[1] * best_below if best_below > neg else neg
+            for b in range(2, nb + 1):
+                max_value = neg
+                for y in range(1, m):
+                    below = max(T[m - y][l - 1])
+                    if T[y][l][b - 1] > neg and below > neg:
+                        max_value = max(max_value, T[y][l][b - 1] + p[b] * below)
+                T[m][l][b] = max_value
+    return [[max(T[m][l]) for l in range(max_depth + 1)] for m in range(max_budget + 1)]
+
+
+def _positional_value(acceptance, paths):
+    return 1.0 + math.fsum(math.prod(acceptance[r] for r in p) for p in paths)
+
+
+@pytest.mark.parametrize("acc,depth", [
+    ([0.3, 0.35, 0.1, 0.05, 0.02], None), ([0.3, 0.01, 0.6], 3), ([0.05, 0.5, 0.2, 0.1], 4),
+    ([0.0, 0.4, 0.3], 5), ([0.5, 0.3, 0.15], 3), ([0.2, 0.2, 0.3, 0.1], None)])
+def test_sequoia_matches_its_dp(acc, depth):
+    """The tree of every budget reaches the value of Sequoia's own DP (ported above).
+
+    The shape is valid for the DP's constraint (rank r only with ranks 0..r-1, depth <=
+    max_depth, exactly P nodes) and its positional value equals the DP's optimum.
+    """
+    pol = Sequoia(acc, max_depth=depth)
+    p_max = 24
+    levels = (depth if depth is not None else p_max) + 1
+    results = _sequoia_dp_port([0.0] + list(acc), p_max + 1, levels)
+    for P in range(1, p_max + 1):
+        tree = pol.shape(P)
+        nodes = set(tree)
+        assert len(nodes) == P == len(tree)
+        for path in tree:
+            assert path[:-1] in nodes or len(path) == 1
+            assert path[-1] == 0 or path[:-1] + (path[-1] - 1,) in nodes
+            assert depth is None or len(path) <= depth
+        np.testing.assert_allclose(_positional_value(acc, tree), results[P + 1][levels],
+                                   rtol=1e-12)
+
+
+def test_sequoia_unsorted_takes_rank_zero_on_a_random_environment():
+    """P = 1 with [.3, .35, .1, .05, .02]: the DP (and so the policy) drafts rank 0."""
+    fam = Dirichlet(0.1, 200)
+    pol = run(Sequoia([0.3, 0.35, 0.1, 0.05, 0.02]), fam, [1], seed=4, iterations=400)
+    chain = run(Chain(), fam, [1], seed=4, iterations=400)
+    for a, b in zip(pol, chain):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sequoia_sorted_vector_heap_equals_dp():
+    """A non-increasing vector: the best-first tree reaches the DP's value at every P."""
+    acc = [0.45, 0.2, 0.1, 0.05]
+    for depth in (None, 3):
+        pol = Sequoia(acc, max_depth=depth)
+        assert pol.nested
+        levels = (depth or 30) + 1
+        results = _sequoia_dp_port([0.0] + acc, 31, levels)
+        for P in (1, 2, 5, 13, 30):
+            np.testing.assert_allclose(_positional_value(acc, pol.shape(P)),
+                                       results[P + 1][levels], rtol=1e-12)
+
+
+def _eagle_topk_genrate(env, depth, top_k, total_token):
+    """EAGLE's ``topK_genrate`` (SafeAILab/EAGLE @ cb7e084, eagle/model/cnets.py), in numpy.
+
+    The drafter's log-softmax is the environment's true log q (the setting of
+    :class:`Dynamic`). Returns the rank paths of the ``total_token - 1`` drafted tokens
+    (the root is prepended by EAGLE and not drafted), after checking that EAGLE's parent
+    index arithmetic points at each token's true parent.
+    """
+    total_tokens = total_token - 1                   # self.total_tokens = total_tokens - 1
+
+    def topk(x, k):
+        idx = np.argsort(-x, kind="stable")[:k]
+        return idx, x[idx]
+
+    lq = env.lq(())
+    idx, vals = topk(lq, top_k)
+    scores = vals
+    scores_list = [scores]
+    parents_list = [np.zeros(1, np.int64)]
+    flat_paths = [(int(r),) for r in idx]            # aligned with scores_list, flattened
+    cur = list(flat_paths)                           # the nodes fed to the next layer
+    topk_cs_index = np.arange(top_k)
+    for i in range(depth):
+        bias1 = top_k if i > 0 else 0
+        bias2 = max(0, i - 1)
+        bias = 1 + top_k ** 2 * bias2 + bias1
+        parents_list.append(topk_cs_index + bias)
+        child_idx = np.empty((len(cur), top_k), np.int64)
+        child_p = np.empty((len(cur), top_k))
+        for j, path in enumerate(cur):
+            child_idx[j], child_p[j] = topk(env.lq(path), top_k)
+        cu_scores = child_p + scores[:, None]
+        topk_cs_index, scores = topk(cu_scores.ravel(), top_k)
+        layer_paths = [cur[j] + (int(child_idx[j, c]),) for j in range(len(cur))
+                       for c in range(top_k)]
+        flat_paths += layer_paths
+        cur = [layer_paths[t] for t in topk_cs_index]
+        scores_list.append(cu_scores.ravel())
+    scores_all = np.concatenate(scores_list)
+    top_index, _ = topk(scores_all, total_tokens)
+    top_index = np.sort(top_index)
+    draft_parents = np.concatenate(parents_list)[top_index // top_k]
+    for t, par in zip(top_index, draft_parents):     # parent index - 1 = parent's flat index
+        if par == 0:
+            assert len(flat_paths[t]) == 1
+        else:
+            assert flat_paths[par - 1] == flat_paths[t][:-1]
+    return [flat_paths[t] for t in top_index]
+
+
+@pytest.mark.parametrize("depth,top_k,total_token", [(1, 3, 6), (3, 4, 20), (5, 3, 17),
+                                                     (2, 5, 31)])
+def test_dynamic_is_eagles_tree_with_the_documented_mapping(depth, top_k, total_token):
+    """EAGLE (D, k, N) is Dynamic(depth=D + 1, topk=k, total=N - 1), at any P >= N - 1."""
+    fam = Dirichlet(0.3, 20)
+    pol = Dynamic(depth + 1, top_k, total_token - 1)
+    budgets = [total_token - 1, total_token + 40]
+    acc, exp, dep = run(pol, fam, budgets, seed=11, iterations=4)
+    for it in range(4):
+        env = Env(fam, 11, it)
+        tree = _eagle_topk_genrate(env, depth, top_k, total_token)
+        assert len(tree) == total_token - 1
+        e, x, d = env.score([tree, tree])
+        np.testing.assert_allclose(exp[:, it], e, rtol=0, atol=1e-13)
+        assert acc[:, it].tolist() == x and dep[:, it].tolist() == d
+    # the off-by-one readings differ: depth D layers, or N drafted tokens
+    wrong = run(Dynamic(depth, top_k, total_token), fam, [total_token + 40], seed=11,
+                iterations=4)[1]
+    assert not np.allclose(wrong[0], exp[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -43,8 +44,17 @@ def test_every_published_row_is_read_with_its_budget_reading_and_citation(ps):
     e2 = by["EAGLE-2"][0]                  # "60/50/48 draft tokens": N - 1 or N, depth 6
     assert (e2.P_low, e2.P_high, e2.depth_cap) == (49, 50, 6)
     assert {r.depth_cap for r in by["EAGLE-3"]} == {8}
-    seq = by["Sequoia"][0]                 # size 128 counts the root; (size, depth) = (128, 10)
-    assert (seq.P_low, seq.P_high, seq.depth_cap) == (127, 127, 10)
+    seq = by["Sequoia"][0]                 # (size, depth) = (128, 10), both count the root
+    assert (seq.P_low, seq.P_high, seq.depth_cap) == (127, 127, 9)
+    # every Sequoia row: draft-depth cap = the paper's depth - 1 (Sequoia's DP levels)
+    with CSV.open(newline="", encoding="utf-8") as fh:
+        lines = list(csv.DictReader(fh))
+    assert sum(r.system == "Sequoia" for r in rows) == 12
+    for r, line in zip(rows, lines):
+        if r.system == "Sequoia":
+            d = int(re.search(r"\(size, depth\) = \((\d+), (\d+)\)",
+                              line["budget_definition"]).group(2))
+            assert r.depth_cap == d - 1 < d
     assert {(r.P_low, r.P_high) for r in by["OPT-Tree"]} == {(25, 60), (500, 500)}
     assert by["SpecExec"][0].lower_bound and not any(r.lower_bound for r in by["EAGLE-2"])
 
@@ -140,7 +150,7 @@ def test_quick_run_writes_a_consistent_dataset(ps, tmp_path, capsys):
     assert below.any() and ds.entropy_star_bound.sel(reading="low").isnull().where(below, True).all()
     # the zipf shape's heavier head needs more entropy than the geometric one
     assert (ds.entropy_star.sel(shape="zipf") > ds.entropy_star.sel(shape="geometric")).all()
-    assert int(ds.depth_cap[0]) == 10 and np.isfinite(ds.mc_cap_exceeded[0]).all()
+    assert int(ds.depth_cap[0]) == 9 and np.isfinite(ds.mc_cap_exceeded[0]).all()
     assert np.isnan(ds.mc_cap_exceeded[1]).all()                 # DySpec has no depth cap
     # a depth cap only lowers the ceiling: the compatible entropy can only drop
     assert (ds.entropy_star_capped[0] <= ds.entropy_star[0] + 1e-9).all()
