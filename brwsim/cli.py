@@ -23,8 +23,9 @@ from brwsim.ceiling import SHAPES, ceiling, implied_entropy
 from brwsim.cli_format import format_table, parse_budgets
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
+from brwsim.export import engine_settings, predicted_schedule
 from brwsim.families import DEFAULT_FAMILY, FAMILIES, parse_family
-from brwsim.io import write_netcdf_atomic
+from brwsim.io import atomic_path, write_netcdf_atomic
 from brwsim.plan import plan
 from brwsim.policies import Optimal, parse_policy
 from brwsim.simulate import (
@@ -294,8 +295,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     import json
 
-    from brwsim.export import engine_settings, predicted_schedule
-    from brwsim.io import atomic_path
 
     sched = predicted_schedule(args.family, args.policy, args.budget, args.iterations,
                                args.seed, args.positions)

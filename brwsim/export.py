@@ -37,6 +37,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.families import Family, parse_family
+from brwsim.policies import Chain, Policy, parse_policy
+from brwsim.simulate import simulate
 
 __all__ = ["Schedule", "ENGINES", "predicted_schedule", "schedule_from_rates", "engine_settings"]
 
@@ -115,9 +118,6 @@ def predicted_schedule(family, policy="chain()", budget: int = 4, iterations: in
     -------
     Schedule
     """
-    from brwsim.families import Family, parse_family
-    from brwsim.policies import Chain, Policy, parse_policy
-    from brwsim.simulate import simulate
 
     fam = parse_family(family) if isinstance(family, str) else family
     if not isinstance(fam, Family):
