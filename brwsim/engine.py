@@ -17,7 +17,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.kernels.rng import child_key, root_key
-from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, forest_chunk, simulate_chunk
+from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, forest_chunk, simulate_chunk, start_threshold
 from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, check_int, echo
 
 if TYPE_CHECKING:                                    # annotations only: no import cycle
@@ -26,12 +26,6 @@ if TYPE_CHECKING:                                    # annotations only: no impo
 __all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "validate_batch",
            "seed_key", "node_key", "start_threshold", "check_grow_status", "run_iterations",
            "run_forest"]
-
-
-def start_threshold(p_max: float) -> float:
-    """The first pass's threshold -log p for a largest budget ``p_max`` (speed only, never
-    the result: the pass retargets it)."""
-    return math.log(1.5 * max(p_max, 1.0)) + 1.0
 
 
 def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:

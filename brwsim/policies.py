@@ -24,13 +24,12 @@ paths: "the child of rank r" is the target's r-th most likely token at that node
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from brwsim.engine import check_grow_status, run_iterations
+from brwsim.engine import check_grow_status, run_iterations, start_threshold
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec, _fmt, check_int, check_positive
 from brwsim.families.parse import bind_call, parse_text
@@ -153,7 +152,7 @@ class Optimal(Policy):
     def run_roots(self, spec, budgets, roots):
         acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         ws = new_workspace(budgets[-1], spec.head_cap)
-        t = math.log(1.5 * budgets[-1]) + 1.0
+        t = start_threshold(budgets[-1])
         for i in range(roots.keys.size):
             v, t, ws = grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
                                  spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
@@ -574,7 +573,7 @@ class Noisy(Policy):
 
     def run_roots(self, spec, budgets, roots):
         acc, exp, dep = _outputs(budgets.size, roots.keys.size)
-        t_start = math.log(1.5 * budgets[-1]) + 1.0
+        t_start = start_threshold(budgets[-1])
         visited, _ = _k.noisy_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
                                     spec.cprog, spec.head_cap, roots.keys, roots.mode, roots.ci,
                                     roots.cf,

@@ -104,7 +104,7 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
                     "use fewer iterations or budgets, or a sweep (brwsim sweep --summary-only)")
     spec = family.spec()
     # the optimal tree (capped or not) calls the kernel directly, its threshold carried over
-    caps = [p.depth_cap if type(p).__name__ == "Optimal" else None for p in pols]
+    caps = [p.depth_cap if isinstance(p, Optimal) else None for p in pols]
     shape = (len(pols), b.size, iterations)
     acc = np.empty(shape, np.int32)
     exp = np.empty(shape)

@@ -43,6 +43,13 @@ HUGE_TIE = -1                     # grow_tree: more than MAX_NODES nodes tie at 
 TOO_FEW = -2                      # grow_tree: fewer than P nodes of positive probability
 
 
+@kernel
+def start_threshold(p_max):
+    """The first pass's threshold -log p for a largest budget ``p_max`` (it only sets the
+    speed: every pass retargets it until it holds enough nodes)."""
+    return math.log(1.5 * max(p_max, 1.0)) + 1.0
+
+
 @njit_cached
 def _new_levels(n_levels, head_cap):
     """Per-level buffers of a pass: keys, positions, path state, family state, heads."""
@@ -439,7 +446,7 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
                            tmp_exp, tmp_dep, 0)
         else:
             if not t1 == t1:
-                t1 = math.log(1.5 * need) + 1.0
+                t1 = start_threshold(need)
             v, t1, ws1 = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys[r], ROOT_DRAW,
                                    0, 0.0, sbudgets[r], max_depth, t1, ws1, tmp_acc, tmp_exp, tmp_dep, 0)
             if v < 0:

@@ -26,7 +26,7 @@ from brwsim.kernels.dist import (
     dist_next,
 )
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
-from brwsim.kernels.tree import grow_tree, new_workspace
+from brwsim.kernels.tree import grow_tree, new_workspace, start_threshold
 
 _MAX_RANKS = 1 << 24
 
@@ -88,7 +88,7 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
     mode = ROOT_DRAW
     ci = 0
     cf = 0.0
-    t = math.log(1.5 * budgets[budgets.shape[0] - 1]) + 1.0
+    t = start_threshold(budgets[budgets.shape[0] - 1])
     produced = 0
     calls = 0
     while produced < n_tokens and calls < acc_out.shape[1]:
