@@ -28,6 +28,7 @@ from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRE
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
+from brwsim.schema import variable
 from brwsim.validate import check_int
 
 __all__ = ["generate", "path_moments", "PathMoments"]
@@ -84,13 +85,13 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
     x = acc[0, :calls]
     produced = int(x.sum()) + calls
-    var = lambda v, name: xr.Variable(("call",), v, {"long_name": name, "units": "1"})  # noqa: E731
+    call = ("call",)
     ds = xr.Dataset({
-        "accepted": var(x, "accepted draft tokens X of the call"),
-        "expected_accepted": var(exp[0, :calls], "E[X | T] at the call's root"),
-        "depth": var(dep[0, :calls], "depth of the call's optimal tree"),
-        "root_context": var(ci[:calls], "context of the call's root (regime, depth index)"),
-        "root_latent": var(cf[:calls], "latent context value of the call's root (AR(1))"),
+        "accepted": variable("accepted", x, call),
+        "expected_accepted": variable("expected_accepted", exp[0, :calls], call),
+        "depth": variable("depth", dep[0, :calls], call),
+        "root_context": variable("root_context", ci[:calls]),
+        "root_latent": variable("root_latent", cf[:calls]),
     }, coords={"call": ("call", np.arange(calls), {"long_name": "call index", "units": "1"})},
         attrs=provenance_attrs(f"brwsim generation run: {family!r}",
                                {"family": repr(family), "budget": int(budget), "tokens": int(tokens),

@@ -20,6 +20,7 @@ from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.io import provenance_attrs
 from brwsim.policies import Optimal, Policy, parse_policy
+from brwsim.schema import variable
 from brwsim.theory import (
     check_family,
     paper_bound,
@@ -180,11 +181,8 @@ def add_batch_variables(ds: xr.Dataset, batch: int, acc_split: np.ndarray,
     ds["expected_accepted"].attrs["long_name"] = ("E[X | F_P] summed over the batch: path "
                                                   "probabilities over the optimal shared forest")
     ds["depth"].attrs["long_name"] = "depth of the deepest node of the optimal shared forest"
-    ds["accepted_split"] = xr.Variable(dims, acc_split, {
-        "long_name": "accepted draft tokens summed over the batch under the equal split "
-                     "(request r: its optimal tree of floor(P/B) + (r < P mod B) nodes)", "units": "1"})
-    ds["expected_accepted_split"] = xr.Variable(dims, exp_split, {
-        "long_name": "E[X | split] summed over the batch under the equal split", "units": "1"})
+    ds["accepted_split"] = variable("accepted_split", acc_split, dims)
+    ds["expected_accepted_split"] = variable("expected_accepted_split", exp_split, dims)
     ds.attrs["batch"] = int(batch)
     ds.attrs["title"] = ds.attrs.get("title", "") + f" (batch of {batch} sharing each budget)"
     return ds
@@ -233,38 +231,14 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     if policies is not None:
         coords["policy"] = ("policy", policies, {"long_name": "drafting policy (string form)", "units": "1"})
         dims = ("policy",) + dims
-    one = lambda v, name, units: xr.Variable((), v, {"long_name": name, "units": units})  # noqa: E731
-    data = {
-        "accepted": xr.Variable(dims, acc, {
-            "long_name": "accepted draft tokens X (sampled target path inside the optimal tree)",
-            "units": "1"}),
-        "expected_accepted": xr.Variable(dims, exp, {
-            "long_name": "E[X | T_P]: sum of path probabilities over the optimal tree", "units": "1"}),
-        "depth": xr.Variable(dims, dep, {
-            "long_name": "depth of the deepest node of the optimal tree", "units": "1"}),
-        "mu": one(mom.mu, "mean entropy E[H(q)] (spine step mean)", "nat"),
-        "mu2": one(mom.mu2, "E[sum_i q_i (log q_i)^2] (spine step second moment)", "nat2"),
-        "mu_se": one(mom.mu_se, "standard error of mu (0 when exact)", "nat"),
-        "mu2_se": one(mom.mu2_se, "standard error of mu2 (0 when exact)", "nat2"),
-        "h2": one(mom.h2, "E[H(q)^2] (the other reading of the paper's second moment)", "nat2"),
-        "paper_bound": xr.Variable(("budget",), paper_bound(mom.mu, mom.mu2, budgets), {
-            "long_name": "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped",
-            "units": "1"}),
-        "prediction": xr.Variable(("budget",), pred["prediction"], {
-            "long_name": "renewal-theory prediction of E[X] (numerical renewal equation)",
-            "units": "1"}),
-        "prediction_se": xr.Variable(("budget",), pred["prediction_se"], {
-            "long_name": "standard error of the prediction from sampling the spine-step law "
-                         "(0 when exact)", "units": "1"}),
-        "prediction_asymptotic": xr.Variable(("budget",), pred["prediction_asymptotic"], {
-            "long_name": "key-renewal-theorem asymptotic of E[X] (NaN on lattices)", "units": "1"}),
-        "upper_bound": xr.Variable(("budget",), pred["upper_bound"], {
-            "long_name": "proven upper bound on E[X]: min_t U(t) + e^-t (P - M(t)) "
-                         "(floor-discretised spine law)", "units": "1"}),
-        "upper_bound_se": xr.Variable(("budget",), pred["upper_bound_se"], {
-            "long_name": "standard error of upper_bound from sampling the spine-step law "
-                         "(0 when exact)", "units": "1"}),
-    }
+    data = {name: variable(name, arr, dims) for name, arr in
+            (("accepted", acc), ("expected_accepted", exp), ("depth", dep))}
+    for name in ("mu", "mu2", "mu_se", "mu2_se", "h2"):
+        data[name] = variable(name, getattr(mom, name))
+    data["paper_bound"] = variable("paper_bound", paper_bound(mom.mu, mom.mu2, budgets))
+    for name in ("prediction", "prediction_se", "prediction_asymptotic", "upper_bound",
+                 "upper_bound_se"):
+        data[name] = variable(name, pred[name])
     if not theory:
         data = {k: v for k, v in data.items() if v.dims != ("budget",)}
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)

@@ -36,6 +36,7 @@ from brwsim.engine import run_forest, run_iterations
 from brwsim.errors import UserError
 from brwsim.io import atomic_path, provenance_attrs, write_error
 from brwsim.plan import best_budget, speedup_from_sums
+from brwsim.schema import VARIABLES
 from brwsim.shards import (
     PRODUCT_SUMS,
     RAW_VARS,
@@ -443,56 +444,20 @@ def _dask_client(scheduler: Any, jobs: int | None) -> Iterator[Any]:
 
 _UNITS_1 = "1"
 #: name -> (trailing dims after the grid dims, dtype, long_name, units)
-_VARIABLES: dict[str, tuple[tuple[str, ...], Any, str, str]] = {
-    "point": ((), np.int64, "global index of the parameter point", _UNITS_1),
-    "family_string": ((), str, "the point's family in brwsim's string form", ""),
-    "point_key": ((), np.uint64, "64-bit root key of the point: SeedSequence(seed, spawn_key=(point,))", _UNITS_1),
-    "n": ((), np.int64, "iterations (independent trees) of the point", _UNITS_1),
-    "nodes_visited": ((), np.int64, "tree nodes visited by all threshold passes (the work done)", _UNITS_1),
-    "mu": ((), np.float64, "mean entropy E[H(q)] (spine step mean)", "nat"),
-    "mu2": ((), np.float64, "E[sum_i q_i (log q_i)^2] (spine step second moment)", "nat2"),
-    "mu_se": ((), np.float64, "standard error of mu (0 when exact)", "nat"),
-    "mu2_se": ((), np.float64, "standard error of mu2 (0 when exact)", "nat2"),
-    "h2": ((), np.float64, "E[H(q)^2] (the other reading of the paper's second moment)", "nat2"),
-    "moments_exact": ((), np.int8, "1 when mu and mu2 are exact (closed form or quadrature), 0 for Monte Carlo", _UNITS_1),
-    "accepted_sum": (("budget",), np.float64, "sum over iterations of X", _UNITS_1),
-    "accepted_sumsq": (("budget",), np.float64, "sum over iterations of X^2", _UNITS_1),
-    "accepted_mean": (("budget",), np.float64, "mean accepted draft tokens X", _UNITS_1),
-    "accepted_se": (("budget",), np.float64, "standard error of accepted_mean", _UNITS_1),
-    "batch": ((), np.int64, "requests B sharing each budget (1: a single tree)", _UNITS_1),
-    "tokens_per_call": (("budget",), np.float64, "mean tokens per request per verifier call, 1 + X / B (B = 1: tau = X + 1)", _UNITS_1),
-    "expected_sum": (("budget",), np.float64, "sum over iterations of E[X | T_P]", _UNITS_1),
-    "expected_sumsq": (("budget",), np.float64, "sum over iterations of E[X | T_P]^2", _UNITS_1),
-    "expected_mean": (("budget",), np.float64, "mean of E[X | T_P] (Rao-Blackwellised estimate of E[X])", _UNITS_1),
-    "expected_se": (("budget",), np.float64, "standard error of expected_mean", _UNITS_1),
-    "depth_sum": (("budget",), np.float64, "sum over iterations of the depth of T_P", _UNITS_1),
-    "depth_mean": (("budget",), np.float64, "mean depth of the deepest node of the optimal tree", _UNITS_1),
-    "depth_sumsq": (("budget",), np.float64, "sum over iterations of depth^2", _UNITS_1),
-    "expected_depth_sum": (("budget",), np.float64, "sum over iterations of E[X | T_P] * depth", _UNITS_1),
-    "split_accepted_sum": (("budget",), np.float64, "sum of X under the equal split (B = 1: X)", _UNITS_1),
-    "split_expected_sum": (("budget",), np.float64, "sum of E[X | equal split] (floor(P/B), remainder to the first requests)", _UNITS_1),
-    "split_expected_sumsq": (("budget",), np.float64, "sum of E[X | equal split]^2", _UNITS_1),
-    "split_cross_sum": (("budget",), np.float64, "sum of E[X | shared] * E[X | equal split]", _UNITS_1),
-    "split_expected_mean": (("budget",), np.float64, "mean E[X | equal split] over the batch", _UNITS_1),
-    "sharing_gain": (("budget",), np.float64, "mean E[X | shared] / mean E[X | equal split], paired", _UNITS_1),
-    "sharing_gain_se": (("budget",), np.float64, "standard error of sharing_gain (delta method)", _UNITS_1),
-    "accepted_hist": (("budget", "accepted_value"), np.int64, "histogram of X: iterations with X = accepted_value", _UNITS_1),
-    "paper_bound": (("budget",), np.float64, "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped", _UNITS_1),
-    "prediction": (("budget",), np.float64, "renewal-theory prediction of E[X] (brwsim.theory.prediction)", _UNITS_1),
-    "prediction_se": (("budget",), np.float64, "standard error of the prediction from sampling the spine-step law (0 when exact)", _UNITS_1),
-    "upper_bound": (("budget",), np.float64, "proven upper bound on E[X] (brwsim.theory.upper_bound)", _UNITS_1),
-    "upper_bound_se": (("budget",), np.float64, "standard error of upper_bound from sampling the spine-step law (0 when exact)", _UNITS_1),
-    "step_time": (("budget",), np.float64, "mean time of one step under sweep.cost (drafting + verifying B + P tokens)", "s"),
-    "plain_step_time": ((), np.float64, "time of one plain decoding call of B tokens under sweep.cost", "s"),
-    "speedup": (("budget",), np.float64, "tokens/s over plain decoding's under sweep.cost", _UNITS_1),
-    "speedup_se": (("budget",), np.float64, "standard error of speedup (delta method)", _UNITS_1),
-    "best_budget": ((), np.int64, "P*: budget of the highest speedup (0: plain decoding is fastest)", _UNITS_1),
-    "best_speedup": ((), np.float64, "speedup at P* (1 when P* = 0)", _UNITS_1),
-    "accepted": (("budget", "iteration"), np.int32, "accepted draft tokens X (sampled target path inside the optimal tree)", _UNITS_1),
-    "expected_accepted": (("budget", "iteration"), np.float64, "E[X | T_P]: sum of path probabilities over the optimal tree", _UNITS_1),
-    "depth": (("budget", "iteration"), np.int32, "depth of the deepest node of the optimal tree", _UNITS_1),
-}
 
+
+#: The variables of a sweep group, in file order (attributes from :data:`brwsim.schema.VARIABLES`).
+_SWEEP_VARIABLES = (
+    "point", "family_string", "point_key", "n", "nodes_visited", "mu", "mu2", "mu_se", "mu2_se",
+    "h2", "moments_exact", "accepted_sum", "accepted_sumsq", "accepted_mean", "accepted_se",
+    "batch", "tokens_per_call", "expected_sum", "expected_sumsq", "expected_mean",
+    "expected_se", "depth_sum", "depth_mean", "depth_sumsq", "expected_depth_sum",
+    "split_accepted_sum", "split_expected_sum", "split_expected_sumsq", "split_cross_sum",
+    "split_expected_mean", "sharing_gain", "sharing_gain_se", "accepted_hist", "paper_bound",
+    "prediction", "prediction_se", "upper_bound", "upper_bound_se", "step_time",
+    "plain_step_time", "speedup", "speedup_se", "best_budget", "best_speedup", "accepted",
+    "expected_accepted", "depth",
+)
 
 _COST_VARS = frozenset({"step_time", "plain_step_time", "speedup", "speedup_se", "best_budget",
                         "best_speedup"})
@@ -579,7 +544,8 @@ class _BlockWriter:
 
     def _variables(self) -> None:
         grid = tuple(self.block.grid)
-        for name, (dims, dtype, long_name, units) in _VARIABLES.items():
+        for name in _SWEEP_VARIABLES:
+            dims, dtype, long_name, units = VARIABLES[name]
             if (name in RAW_VARS and not self.raw) or (name in THEORY_BUDGET_VARS
                                                         and self.cfg.prediction == "none"):
                 continue

@@ -29,28 +29,17 @@ from brwsim.bank.rows import (
 )
 from brwsim.errors import UserError
 from brwsim.io import open_dataset, provenance_attrs
+from brwsim.schema import VARIABLES
 from brwsim.validate import check_int
 
 __all__ = ["BANK_VARIABLES", "bank_bounds", "bank_dataset", "bank_entropies", "load_bank",
            "read_bank"]
 
-#: Variable name -> (dims, long_name, units) of every bank variable.
+#: Variable name -> (dims, long_name, units) of every bank variable (from the schema catalogue).
 BANK_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "probs": (("position", "rank"), "top-k next-token probabilities, sorted in descending "
-              "order, zero padded", "1"),
-    "tail_mass": (("position",), "probability outside the stored top-k entries", "1"),
-    "sampled_rank": (("position",), "rank of the sampled token (0 = most likely; -1 = "
-                     "unknown or outside the top-k)", "1"),
-    "sequence": (("position",), "index of the generation (response choice or npz "
-                 "sequence) the position belongs to", "1"),
-    "entropy_lower": (("position",), "lower bound of the next-token entropy "
-                      "-sum q log q", "nat"),
-    "entropy_upper": (("position",), "upper bound of the next-token entropy "
-                      "-sum q log q (inf: unbounded without a vocabulary size)", "nat"),
-    "mu2_lower": (("position",), "lower bound of the second log-moment "
-                  "sum q (log q)^2", "nat2"),
-    "mu2_upper": (("position",), "upper bound of the second log-moment sum q (log q)^2 "
-                  "(inf: unbounded without a vocabulary size)", "nat2"),
+    name: (VARIABLES[name].dims, VARIABLES[name].long_name, VARIABLES[name].units)
+    for name in ("probs", "tail_mass", "sampled_rank", "sequence", "entropy_lower",
+                 "entropy_upper", "mu2_lower", "mu2_upper")
 }
 
 
