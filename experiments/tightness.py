@@ -66,14 +66,30 @@ def measure(label: str, fam, budgets: np.ndarray, seed: int, se_target: float,
         se = np.sqrt(np.maximum(s2 / n - (s1 / n) ** 2, 0) / (n - 1))
         if n >= min_trees and (se.max() < se_target or n >= max_trees):
             break
+    return dict(label=label, family=repr(fam), n=n, e_mean=s1 / n, e_se=se, x_mean=a1 / n,
+                x_se=np.sqrt(np.maximum(a2 / n - (a1 / n) ** 2, 0) / (n - 1)), depth=d1 / n,
+                **theory_row(fam, budgets))
+
+
+def theory_row(fam, budgets: np.ndarray) -> dict:
+    """Moments, the paper's bound, the prediction (with SE) and the proven bound of a family."""
     mom = fam.moments()
     th = predictions(fam, budgets)
-    return dict(label=label, family=repr(fam), n=n, mu=mom.mu, mu2=mom.mu2,
-                e_mean=s1 / n, e_se=se, x_mean=a1 / n,
-                x_se=np.sqrt(np.maximum(a2 / n - (a1 / n) ** 2, 0) / (n - 1)), depth=d1 / n,
-                bound=paper_bound(mom.mu, mom.mu2, budgets), pred=th["prediction"],
-                pred_se=th["prediction_se"], pred_asy=th["prediction_asymptotic"],
-                upper=th["upper_bound"], upper_se=th["upper_bound_se"])
+    return dict(mu=mom.mu, mu2=mom.mu2, bound=paper_bound(mom.mu, mom.mu2, budgets),
+                pred=th["prediction"], pred_se=th["prediction_se"],
+                pred_asy=th["prediction_asymptotic"], upper=th["upper_bound"],
+                upper_se=th["upper_bound_se"])
+
+
+def reuse(d: xr.Dataset, fam, budgets: np.ndarray) -> dict:
+    """A stored family's Monte Carlo with freshly computed theory (see ``--resimulate``)."""
+    if repr(fam) != str(d.family_string.values) or not np.array_equal(d.budget.values, budgets):
+        raise SystemExit(f"{d.family.values}: the stored file is of another family or budgets; "
+                         "resimulate it")
+    return dict(label=str(d.family.values), family=repr(fam), n=int(d.trees),
+                e_mean=d.expected_mean.values, e_se=d.expected_se.values,
+                x_mean=d.accepted_mean.values, x_se=d.accepted_se.values,
+                depth=d.depth_mean.values, **theory_row(fam, budgets))
 
 
 def to_dataset(rows: list[dict], budgets: np.ndarray, config: dict, seed: int) -> xr.Dataset:
@@ -116,8 +132,8 @@ def plot(ds: xr.Dataset, path: Path) -> None:
     Top: E[X] (Monte Carlo, open circles with ±2 SE bars, drawn over the renewal
     prediction, an orange line with crosses, so both stay visible where they agree).
     Middle: prediction / Monte Carlo with the ±2 SE band of the Monte Carlo, on its own
-    scale. Bottom: the paper's bound / Monte Carlo (1 = tight), so the bound no longer sets
-    the y-range of the data.
+    scale. Bottom: the paper's bound and brwsim's proven upper bound over Monte Carlo
+    (1 = tight), so the bounds do not set the y-range of the data.
     """
     import matplotlib
 
@@ -159,6 +175,10 @@ def plot(ds: xr.Dataset, path: Path) -> None:
         bound = d.paper_bound.values / e
         ok = np.isfinite(bound) & (bound > 0)
         ax_bound.plot(x[ok], bound[ok], "s--", color="C3", ms=3, lw=1.2, label="paper's bound / MC")
+        if "upper_bound" in d:
+            ub = d.upper_bound.values / e
+            ax_bound.plot(x, ub, "^-", color="C2", ms=3, lw=1.2,
+                          label="proven upper bound / MC (brwsim)")
         ax_bound.axhline(1.0, color="0.5", lw=0.6)
         ax_bound.set_ylim(0, max(float(np.nanmax(bound[ok], initial=1.0)) * 1.12, 1.5))
         ax_bound.set_ylabel("bound / MC", fontsize=8)
@@ -188,6 +208,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(DATA / "tightness.nc"))
     ap.add_argument("--plot-only", action="store_true",
                     help="re-render the figure from the stored --out file, no simulation")
+    ap.add_argument("--resimulate", metavar="LABELS",
+                    help="reuse the stored Monte Carlo of every family but these ('|'-separated "
+                         "labels; default 'all': re-simulate every family): the stopping rule is deterministic, so a "
+                         "family whose kernel did not change gives the same numbers; the "
+                         "theory (moments, prediction, bound) is always recomputed")
     args = ap.parse_args()
     if args.plot_only:
         out = Path(args.out)
@@ -200,25 +225,39 @@ def main() -> None:
     seed = 20251211
     config = {"budgets": budgets.tolist(), "se_target": se_target, "min_trees": min_trees,
               "max_trees": cap, "batch": 100, "families": {k: repr(v) for k, v in FAMILIES.items()}}
-    rows = Parallel(n_jobs=args.jobs)(
+    redo = set(FAMILIES) if args.resimulate in (None, "all") else set(args.resimulate.split("|"))
+    unknown = redo - set(FAMILIES)
+    if unknown:
+        raise SystemExit(f"--resimulate: unknown family labels {sorted(unknown)}")
+    stored = {}
+    if redo != set(FAMILIES):
+        with xr.open_dataset(args.out) as old:
+            stored = {label: reuse(old.sel(family=label).load(), FAMILIES[label], budgets)
+                      for label in FAMILIES if label not in redo}
+    todo = [(i, label, fam) for i, (label, fam) in enumerate(FAMILIES.items()) if label in redo]
+    fresh = Parallel(n_jobs=args.jobs)(
         delayed(measure)(label, fam, budgets, seed + i, se_target, min_trees, 100, cap)
-        for i, (label, fam) in enumerate(FAMILIES.items()))
+        for i, label, fam in todo)
+    fresh = {r["label"]: r for r in fresh}
+    rows = [fresh[label] if label in fresh else stored[label] for label in FAMILIES]
     ds = to_dataset(rows, budgets, config, seed)
     out = Path(args.out)
     write_netcdf_atomic(ds, out)
     plot(ds, out.with_suffix(".png"))
     show = [p for p in (16, 256, 4096, 65536, 2 ** 20) if p <= budgets[-1]]
     print(f"{'family':46s} {'mu':>5s} {'trees':>6s} {'maxSE':>6s}  " +
-          "  ".join(f"{'P=' + str(p):>17s}" for p in show))
-    print(" " * 68 + "  ".join(f"{'bound/MC pred/MC':>17s}" for _ in show))
+          "  ".join(f"{'P=' + str(p):>24s}" for p in show))
+    print(" " * 68 + "  ".join(f"{'paper/MC ub/MC pred/MC':>24s}" for _ in show))
     for fam in ds.family.values:
         d = ds.sel(family=fam)
         cells = []
         for p in show:
             e = float(d.expected_mean.sel(budget=p))
-            cells.append(f"{float(d.paper_bound.sel(budget=p)) / e:8.2f} {float(d.prediction.sel(budget=p)) / e:8.4f}")
+            cells.append(f"{float(d.paper_bound.sel(budget=p)) / e:8.2f} "
+                         f"{float(d.upper_bound.sel(budget=p)) / e:7.4f} "
+                         f"{float(d.prediction.sel(budget=p)) / e:7.4f}")
         print(f"{fam[:46]:46s} {float(d.mu):5.2f} {int(d.trees):6d} {float(d.expected_se.max()):6.4f}  " +
-              "  ".join(f"{c:>17s}" for c in cells))
+              "  ".join(f"{c:>24s}" for c in cells))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
