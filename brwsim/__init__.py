@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from brwsim.errors import UserError
 from brwsim.families import (
-    CorrelatedEntropy, DepthDrift, Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometric,
+    CharLSTM, CorrelatedEntropy, DepthDrift, Dirichlet, Empirical, EntropyTarget, Family, Fixed, Geometric,
     MarkovRegime, Mixture, NGram, Peaked, SoftmaxNormal, Tempered, Uniform, Zipf, parse_family,
 )
 from brwsim.simulate import policy_gap, simulate, summarize
@@ -16,5 +16,5 @@ from brwsim.sweep import sweep
 __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
-           "CorrelatedEntropy", "NGram", "policies", "Optimal", "Chain", "KAry", "Expansion",
+           "CorrelatedEntropy", "NGram", "CharLSTM", "policies", "Optimal", "Chain", "KAry", "Expansion",
            "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep"]

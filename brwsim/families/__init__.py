@@ -9,6 +9,7 @@ Every family is reachable from the CLI by its lower-case name, e.g.
 from __future__ import annotations
 
 from brwsim.families.base import Family, Moments
+from brwsim.families.charlstm import CharLSTM
 from brwsim.families.combinators import Mixture, Tempered
 from brwsim.families.contextual import CorrelatedEntropy, DepthDrift, MarkovRegime
 from brwsim.families.empirical import Empirical, EntropyTarget
@@ -18,5 +19,5 @@ from brwsim.families.parse import FAMILIES, DEFAULT_FAMILY, parse_family
 
 __all__ = ["Family", "Moments", "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet",
            "SoftmaxNormal", "Peaked", "Mixture", "EntropyTarget", "Tempered", "Empirical",
-           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "FAMILIES", "DEFAULT_FAMILY",
+           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "CharLSTM", "FAMILIES", "DEFAULT_FAMILY",
            "parse_family"]

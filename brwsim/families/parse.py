@@ -22,6 +22,7 @@ from scipy import stats
 
 from brwsim.errors import UserError
 from brwsim.families.base import Family
+from brwsim.families.charlstm import CharLSTM
 from brwsim.families.combinators import Mixture, Tempered
 from brwsim.families.contextual import CorrelatedEntropy, DepthDrift, MarkovRegime
 from brwsim.families.empirical import Empirical, EntropyTarget
@@ -33,7 +34,7 @@ __all__ = ["FAMILIES", "DEFAULT_FAMILY", "parse_family"]
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls for cls in (Uniform, Fixed, Geometric, Zipf, Dirichlet, SoftmaxNormal, Peaked,
                               Mixture, EntropyTarget, Tempered, Empirical, MarkovRegime, DepthDrift,
-                              CorrelatedEntropy, NGram)
+                              CorrelatedEntropy, NGram, CharLSTM)
 }
 
 #: The default of ``brwsim run``: an LLM-like mixture of near-certain and diffuse positions.
