@@ -80,6 +80,11 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
                                ci, cf)
         check_grow_status(calls, cap)
     else:
+        from brwsim.kernels.dist import CTX_LSTM
+
+        if int(spec.cprog[0]) == CTX_LSTM:
+            raise UserError(f"generation runs of {family.name} support only the optimal policy (the "
+                            "policy kernels cannot take a preset root's recurrent state yet)")
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
     x = acc[0, :calls]
     produced = int(x.sum()) + calls
