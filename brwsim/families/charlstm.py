@@ -32,6 +32,8 @@ WINDOW = 40
 META_TOKEN = "<s>"
 #: Context modes below the root (see :class:`CharLSTM`).
 WINDOWS = ("growing", "sliding")
+#: Drawn roots behind ``moments()`` and ``spine_steps()``.
+ROOT_SAMPLES = 1000
 _LAYERS = ("embedding", "rnn_1", "rnn_2", "attention", "output")
 
 
@@ -337,6 +339,34 @@ class CharLSTM(Family):
         i = int(rng.integers(self._roots.size - WINDOW + 1))
         return np.sort(self.probs(self._roots[i:i + WINDOW], beta)[1:])[::-1]
 
+    def _root_rows(self, n: int, seed: int) -> np.ndarray:
+        """Whole sorted distributions of ``n`` uniformly drawn roots (cached)."""
+        key = (n, seed)
+        if getattr(self, "_rows_key", None) != key:
+            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x4C53544D,)))
+            self._rows = np.array([self.sample_full(rng) for _ in range(n)])
+            self._rows_key = key
+        return self._rows
+
+    def spine_steps(self):
+        """The spine-step law of the root marginal, from 1000 drawn roots (exact atoms of each).
+
+        :func:`brwsim.theory.spine_steps` would otherwise sample 200,000 distributions of
+        40 LSTM steps each.
+        """
+        from brwsim.theory import SpineSteps
+
+        rows = self._root_rows(ROOT_SAMPLES, 0)
+        p = rows[rows > 0]
+        return SpineSteps.atoms(-np.log(p), p / rows.shape[0])
+
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
-        """Monte Carlo moments over ``n`` drawn roots (default 2000; 40 LSTM steps each)."""
-        return super().moments(2000 if n is None else n, seed)
+        """Monte Carlo moments over ``n`` drawn roots (default 1000; 40 LSTM steps each)."""
+        rows = self._root_rows(ROOT_SAMPLES if n is None else int(n), seed)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lq = np.where(rows > 0, np.log(rows), 0.0)
+        h = -(rows * lq).sum(1)
+        m2 = (rows * lq * lq).sum(1)
+        se = lambda x: float(x.std(ddof=1) / np.sqrt(x.size))  # noqa: E731
+        return Moments(float(h.mean()), float(m2.mean()), se(h), se(m2), float((h * h).mean()),
+                       se(h * h), exact=False)
