@@ -65,7 +65,7 @@ ORDERSTAT = 5
 PEAKED = 6
 ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
 NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c, 0] = beta
-LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, sliding
+LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, carry
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -358,7 +358,7 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     elif kind == LSTM:
         # ranks into head[d, :V], their classes into head[d, V:], the state after them
         n_list = li[pd, 3] if pd >= 0 else 0
-        li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1] > 0.0, cprog, d, pd,
+        li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
                              pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
 
 

@@ -15,7 +15,8 @@ G = sum_t a_t (x_t Wo) and D = sum_t a_t, kept relative to the running maximum M
 attention logits (rescaled when M grows, so they never overflow).
 
 A node's state is (h1, c1, h2, c2) after its last character, G, M and D. A node costs
-one step of both layers from its parent's state, one attention update and the listing of
+one step of both layers from its parent's state (or, every ``carry + 1`` levels, a rerun
+over its last W characters: see :func:`lstm_init`), one attention update and the listing of
 its distribution. Children share their parent's recurrent products h1 R1 and h2 R2, and
 the caller's cut-off already says which ranks will be visited, so the states of up to
 ``BATCH`` consecutive children are computed together when the first of them is set up
@@ -43,7 +44,7 @@ S = 2V the state (h1, c1, h2, c2, G, M, D: SW entries); a flag (1 once the row's
 recurrent products are computed) and the products h1 R1, h2 R2 (8u); the first rank and
 the number of the children in the batch, and the batch size for this row's children (3);
 the children's states (BATCH x SW); scratch (BATCH x max(4u, C)); the node's last
-``HIST`` classes (the last W of them used: the sliding window).
+classes (W of ``HIST`` slots) and g, the characters carried beyond them (last slot).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from brwsim.kernels import kernel, njit_cached
 HDR = 14            # block header entries
 EPS = 1e-7          # Keras' backend epsilon in the attention denominator
 BATCH = 8           # children whose states are computed together
-HIST = 64           # the row's last classes kept for the sliding window (window <= HIST)
+HIST = 64           # the row's last classes (window <= HIST - 1) and, last, g
 _MARGIN = 1e-9      # relative margin of the cut-off: never drop a rank the caller would use
 
 
@@ -318,45 +319,48 @@ def _rerun(data, o, d, head, hb, w):
 
 
 @kernel
-def lstm_init(data, o, beta, sliding, cprog, d, pd, draw, rank, n_list, min_logq, head, start):
+def lstm_init(data, o, beta, carry, cprog, d, pd, draw, rank, n_list, min_logq, head, start):
     """Set up the node of level ``d``: its state, then its listed ranks; returns their number.
 
-    ``pd >= 0``: the parent's level (with ``n_list`` listed ranks); the state is the
-    parent's advanced by the class of rank ``rank``, taken from the parent's batch
-    (computed here if the rank is not in it); with ``sliding``, the network rerun from
-    the zero state over the last W classes instead (textgenrnn's window, W = cprog[2]).
-    ``draw`` (a ROOT_DRAW root): the zero state advanced over the root window of the
-    context program's classes starting at ``start``. Otherwise (ROOT_PRESET) the state
-    and the last classes are already in ``head[d]``.
+    A node keeps its last W classes (W = cprog[2], textgenrnn's window) and g, the number
+    of characters its state carries beyond them. ``pd >= 0``: the parent's level (with
+    ``n_list`` listed ranks) and the child of rank ``rank``: g is the parent's plus one;
+    if that exceeds ``carry`` the network is rerun from the zero state over the last W
+    classes (textgenrnn's own prediction) and g = 0, otherwise the parent's state is
+    advanced by the class (from the parent's batch, computed here if the rank is not in
+    it). ``draw`` (a ROOT_DRAW root): the root window of the context program's classes
+    starting at ``start``, g = 0. Otherwise (ROOT_PRESET) the state, the classes and g are
+    already in ``head[d]``. So g = depth mod (carry + 1) below a drawn root.
     """
     nc = int(data[o])
     u = int(data[o + 2])
     f = 2 * (nc - 1) + _state_width(nc, u)
     w = int(cprog[2])
     hb = head.shape[1] - HIST           # the row's last W classes, oldest first
+    gs = hb + HIST - 1                  # g
     if pd >= 0:
         r = max(min(rank, n_list - 1), 0)
         for j in range(w - 1):
             head[d, hb + j] = head[pd, hb + j + 1]
         head[d, hb + w - 1] = head[pd, nc - 1 + r]
+        g = head[pd, gs] + 1.0
+        if g > carry:
+            _rerun(data, o, d, head, hb, w)
+            g = 0.0
+        else:
+            r0 = int(head[pd, f + 1 + 8 * u])
+            nb = int(head[pd, f + 2 + 8 * u])
+            if not r0 <= r < r0 + nb:
+                r0 = r
+                _batch(data, o, pd, head, r, max(min(int(head[pd, f + 3 + 8 * u]), n_list - r), 1),
+                       -1)
+            _take(data, o, pd, d, head, r - r0)
+        head[d, gs] = g
     elif draw:
         for j in range(w):
             head[d, hb + j] = cprog[5 + start + j]
-    if sliding:
-        if pd >= 0 or draw:
-            _rerun(data, o, d, head, hb, w)
-        else:
-            _fresh(data, o, d, head)
-    elif pd >= 0:
-        r = max(min(rank, n_list - 1), 0)
-        r0 = int(head[pd, f + 1 + 8 * u])
-        nb = int(head[pd, f + 2 + 8 * u])
-        if not r0 <= r < r0 + nb:
-            r0 = r
-            _batch(data, o, pd, head, r, max(min(int(head[pd, f + 3 + 8 * u]), n_list - r), 1), -1)
-        _take(data, o, pd, d, head, r - r0)
-    elif draw:
         _rerun(data, o, d, head, hb, w)
+        head[d, gs] = 0.0
     else:
         _fresh(data, o, d, head)
     return _listed(data, o, beta, d, head, min_logq)

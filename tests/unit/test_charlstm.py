@@ -92,6 +92,11 @@ def fam() -> CharLSTM:
     return CharLSTM()
 
 
+def g(seq, carry: int) -> int:
+    """Characters a node carries beyond the 40-class window: depth mod (carry + 1)."""
+    return (len(seq) - MAXLEN) % (carry + 1)
+
+
 def sorted_desc(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, classes) by probability descending, ties by ascending class."""
     order = np.lexsort((np.arange(p.size), -p))
@@ -121,29 +126,32 @@ def test_textgenrnn_windows_match_numpy_reference(ref, fam):
 
 
 def test_tree_nodes_match_numpy_reference(ref, fam):
-    """50 nodes below drawn roots: one LSTM step per node equals the full recomputation."""
+    """50 nodes below drawn roots (carry 20 and 3): carried states equal the recomputation."""
     spec = fam.spec()
+    short = CharLSTM(carry=3)
+    short_spec = short.spec()
     rng = np.random.default_rng(3)
     corpus = np.asarray(fam.context_program()[5:], dtype=np.int64)
     for n in range(50):
         it = int(rng.integers(0, 10_000))
         path = [int(r) for r in rng.integers(0, 4, int(rng.integers(0, 25)))]
-        got = node_logprobs(spec, 5, it, path, k=fam.vocab_size)
+        f, sp = (fam, spec) if n % 2 else (short, short_spec)
+        got = node_logprobs(sp, 5, it, path, k=fam.vocab_size)
         seq = list(fam.root_window(5, it))
         if n < 5:                           # a real corpus window
             assert (np.lib.stride_tricks.sliding_window_view(corpus, MAXLEN) == seq).all(1).any()
         for r in path:                      # the reference ranks the characters itself
-            seq.append(int(sorted_desc(ref.chars(seq))[1][r]))
-        q, _ = sorted_desc(ref.chars(seq))
+            seq.append(int(sorted_desc(ref.chars(seq[-(MAXLEN + g(seq, f.carry)):]))[1][r]))
+        q, _ = sorted_desc(ref.chars(seq[-(MAXLEN + g(seq, f.carry)):]))
         np.testing.assert_allclose(np.exp(got), q, rtol=0, atol=1e-9)
         assert np.exp(got).sum() == pytest.approx(1.0, abs=1e-12)
         if n < 5:
-            np.testing.assert_array_equal(fam.path_classes(5, it, path), seq)
+            np.testing.assert_array_equal(f.path_classes(5, it, path), seq)
 
 
-def test_sliding_window_is_textgenrnn_at_every_node(ref):
-    """window='sliding': every node is textgenrnn's own prediction from its last 40 classes."""
-    fam = CharLSTM(window="sliding")
+def test_carry_zero_is_textgenrnn_at_every_node(ref):
+    """carry=0: every node is textgenrnn's own prediction from its last 40 classes."""
+    fam = CharLSTM(carry=0)
     spec = fam.spec()
     rng = np.random.default_rng(5)
     for _ in range(10):
@@ -233,7 +241,7 @@ def test_generation_run_carries_the_state(fam):
 
 
 def test_string_form_and_moments(fam):
-    assert repr(fam) == ("charlstm(weights='textgenrnn', temperature=1.0, window='growing', "
+    assert repr(fam) == ("charlstm(weights='textgenrnn', temperature=1.0, carry=20, "
                          "corpus='prose')")
     assert parse_family(repr(fam)) == fam
     p = parse_family("charlstm(temperature=0.8, prompt='Hi there')")
@@ -264,7 +272,8 @@ def test_errors(tmp_path, fam):
         (lambda: CharLSTM(temperature=-1.0), "temperature"),
         (lambda: CharLSTM(temperature="hot"), "temperature"),
         (lambda: CharLSTM(corpus="short"), "root window needs"),
-        (lambda: CharLSTM(window="tumbling"), "window must be"),
+        (lambda: CharLSTM(carry=-1), "carry"),
+        (lambda: CharLSTM(carry=2.5), "carry"),
         (lambda: fam.path_classes(0, 0, (500,)), "outside the vocabulary"),
         (lambda: fam.probs([]), "classes must be"),
     ]
