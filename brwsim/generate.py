@@ -24,7 +24,7 @@ from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.families.empirical import Empirical
 from brwsim.io import provenance_attrs
-from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
+from brwsim.kernels.dist import CTX_DEPTH, CTX_LSTM, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
@@ -82,6 +82,10 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
                                ci, cf)
         check_grow_status(calls, cap)
     else:
+
+        if int(spec.cprog[0]) == CTX_LSTM:
+            raise UserError(f"generation runs of {family.name} support only the optimal policy (the "
+                            "policy kernels cannot take a preset root's recurrent state yet)")
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
     x = acc[0, :calls]
     produced = int(x.sum()) + calls

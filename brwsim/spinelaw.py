@@ -37,7 +37,7 @@ from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.kernels.special import zipf_sum
 from brwsim.kernels.spine import FLOOR, SPLIT, _sample_cells, _zipf_cdfs
 
-__all__ = ["SpineLaw", "SpineSteps", "CdfLaw", "SumLaw", "ConvolvedLaw", "SampledLaw",
+__all__ = ["SpineLaw", "SpineSteps", "BatchedAtoms", "CdfLaw", "SumLaw", "ConvolvedLaw", "SampledLaw",
            "beta_step_law", "ZipfLaw", "zipf_spread_law", "sampled_law", "mixture_law",
            "MODES", "X_CAP", "MAX_EXACT_ATOMS", "geometric_atom_count", "Moments"]
 
@@ -268,6 +268,35 @@ class SpineSteps(SpineLaw):
         f += np.bincount(j[keep] + 1, weights=self.weights[keep] * upper[keep],
                          minlength=size + 1)
         return f[:size]
+
+
+class BatchedAtoms(SpineLaw):
+    """A Monte Carlo law given as atoms in independent batches (each a whole law).
+
+    The pooled law is the mean of the batches; :meth:`replicates` returns the batches, so a
+    prediction from it carries its standard error. Used by families whose distributions
+    are too costly for :class:`SampledLaw` (``charlstm``: 40 LSTM steps per root).
+    """
+
+    exact = False
+
+    def __init__(self, batches: list[SpineSteps]) -> None:
+        if len(batches) < 2:
+            raise UserError("BatchedAtoms needs at least two batches")
+        self.batches = batches
+        n = len(batches)
+        self.pooled = SpineSteps(np.concatenate([b.values for b in batches]),
+                                 np.concatenate([b.weights for b in batches]) / n, exact=False)
+        self._mass, self._mu, self._mu2 = self.pooled.mass, self.pooled.mu, self.pooled.mu2
+
+    def cells(self, h: float, size: int, mode: str = "split") -> np.ndarray:
+        return self.pooled.cells(h, size, mode)
+
+    def log_laplace(self, theta: float) -> float:
+        return self.pooled.log_laplace(theta)
+
+    def replicates(self) -> list[SpineLaw]:
+        return list(self.batches)
 
 
 def _lattice_span(values: np.ndarray, max_den: int = 100, rtol: float = 1e-10) -> float | None:

@@ -16,11 +16,17 @@ entropies would predict). It also runs generation (``brwsim.generate``) at P = 6
 roots are wherever the text has arrived. Writes ``data/iid_breakdown.nc`` and
 ``data/iid_breakdown.png``.
 
+``--charlstm`` measures the same on a trained neural network instead (textgenrnn's
+pretrained character LSTM, ``brwsim.CharLSTM``; roots are 40-character windows of the
+prose corpus) and writes ``data/charlstm_iid.nc``: P = 1..1024 (its nodes cost one LSTM
+step each, about 100 times an n-gram node).
+
 Usage::
 
     python experiments/iid_breakdown.py            # full run (about 2 core-minutes)
     python experiments/iid_breakdown.py --quick    # smoke run: 4 strengths, P <= 256, 200 trees
     python experiments/iid_breakdown.py --plot-only  # re-render data/iid_breakdown.png from the .nc
+    python experiments/iid_breakdown.py --charlstm [--quick]   # the neural model only
 
 Most of the quick run's time is the i.i.d. prediction of each Markov grid point (its
 marginal's spine-step law is sampled in Python, about 5 s per point), hence fewer strengths.
@@ -36,7 +42,7 @@ import xarray as xr
 from joblib import Parallel, delayed
 from scipy import stats
 
-from brwsim import CorrelatedEntropy, Dirichlet, Geometric, MarkovRegime, NGram, simulate
+from brwsim import CharLSTM, CorrelatedEntropy, Dirichlet, Geometric, MarkovRegime, NGram, simulate
 from brwsim.generate import generate
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.simulate import predictions, validate_budgets
@@ -68,10 +74,14 @@ def measure(process: str, strength: float, budgets: np.ndarray, trees: int, toke
 
 def measure_ngram(corpus: str, budgets: np.ndarray, trees: int, tokens: int, seed: int):
     """Real text: Monte Carlo E[X] against the i.i.d. prediction built from path moments."""
+    return measure_text(NGram(corpus, order=5), budgets, trees, tokens, seed)
+
+
+def measure_text(fam, budgets: np.ndarray, trees: int, tokens: int, seed: int):
+    """(MC mean, MC SE, i.i.d. prediction from path moments, generation tau at P = 64, mu, mu2)."""
     from brwsim.generate import path_moments
     from brwsim.theory import prediction
 
-    fam = NGram(corpus, order=5)
     e = simulate(fam, budgets, trees, seed=seed).expected_accepted.values
     pm = path_moments(fam, 2000, 8, seed=seed)
     pred = prediction(pm.iid_family(), budgets)
@@ -85,10 +95,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help=f"strengths {QUICK_STRENGTHS}, P <= 256, 200 trees, 3000 generated tokens")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", default=str(DATA / "iid_breakdown.nc"))
+    ap.add_argument("--charlstm", action="store_true",
+                    help="only the neural model (writes data/charlstm_iid.nc)")
+    ap.add_argument("--out", default=None, help="output netCDF (default by mode)")
     ap.add_argument("--plot-only", action="store_true",
                     help="re-render the figure from the stored --out file, no simulation")
     args = ap.parse_args()
+    if args.charlstm:
+        return main_charlstm(args)
+    args.out = args.out or str(DATA / "iid_breakdown.nc")
     if args.plot_only:
         out = Path(args.out)
         with xr.open_dataset(out) as ds:
@@ -164,6 +179,39 @@ def main() -> None:
         print(f"ngram   {c:5s}  {cells}   tau gen {ng(3)[i]:.3f} vs iid "
               f"{ng(2)[i][i64] + 1:.3f}  (path mu {ng(4)[i]:.3f})")
     print(f"columns: P = {show}; wrote {out}")
+
+
+def main_charlstm(args) -> None:
+    """Monte Carlo vs the i.i.d. prediction on textgenrnn's LSTM; generation at P = 64."""
+    budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 11)])
+    trees, tokens = (100, 1000) if args.quick else (400, 6000)
+    fam = CharLSTM()
+    mc, se, pred, tau, mu, mu2 = measure_text(fam, budgets, trees, tokens, 3000)
+    var = lambda v, name, units="1": xr.Variable(("budget",), v, {"long_name": name,  # noqa: E731
+                                                                   "units": units})
+    ds = xr.Dataset(
+        {"mc_mean": var(mc, "Monte Carlo E[X] (roots: 40-character prose windows)"),
+         "mc_se": var(se, "standard error of mc_mean"),
+         "iid_prediction": var(pred, "i.i.d. prediction from distributions measured along "
+                                     "sampled paths"),
+         "ratio": var(mc / pred, "Monte Carlo / i.i.d. prediction"),
+         "generation_tokens_per_call": xr.Variable((), tau, {
+             "long_name": "tokens per call of a generation run at P = 64", "units": "1"}),
+         "path_mu": xr.Variable((), mu, {"long_name": "mu along sampled paths", "units": "nat"}),
+         "path_mu2": xr.Variable((), mu2, {"long_name": "mu2 along sampled paths", "units": "nat2"})},
+        coords={"budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
+        attrs=provenance_attrs("brwsim: the i.i.d. prediction on a trained neural network",
+                               {"family": repr(fam), "trees": trees, "tokens": tokens}, 3000,
+                               "python experiments/iid_breakdown.py --charlstm"
+                               + (" --quick" if args.quick else "")))
+    out = Path(args.out or DATA / "charlstm_iid.nc")
+    write_netcdf_atomic(ds, out)
+    i64 = int(np.searchsorted(budgets, 64))
+    for j, b in enumerate(budgets):
+        print(f"P = {b:5d}: Monte Carlo {mc[j]:.3f} +- {se[j]:.3f}, i.i.d. {pred[j]:.3f}, "
+              f"ratio {mc[j] / pred[j]:.3f}")
+    print(f"generation tau at P = 64: {tau:.3f} vs i.i.d. {pred[i64] + 1:.3f}; path mu {mu:.3f}, "
+          f"mu2 {mu2:.3f}; wrote {out}")
 
 
 def plot(ds: xr.Dataset, path: Path) -> None:

@@ -11,6 +11,7 @@ One family is one class in one file of this package; defining it registers it
 from __future__ import annotations
 
 from brwsim.families.base import REGISTRY, Family, Moments
+from brwsim.families.charlstm import CharLSTM
 from brwsim.families.correlatedentropy import CorrelatedEntropy
 from brwsim.families.depthdrift import DepthDrift
 from brwsim.families.dirichlet import Dirichlet
@@ -30,5 +31,5 @@ from brwsim.families.zipf import Zipf
 
 __all__ = ["Family", "Moments", "REGISTRY", "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet",
            "SoftmaxNormal", "Peaked", "Mixture", "EntropyTarget", "Tempered", "Empirical",
-           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "FAMILIES", "DEFAULT_FAMILY",
+           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "CharLSTM", "FAMILIES", "DEFAULT_FAMILY",
            "parse_family"]

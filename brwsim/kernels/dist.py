@@ -35,6 +35,12 @@ function of (seed, path):
   significant, see :mod:`brwsim.kernels.ngram`). A child appends the token of its rank,
   read from the parent's head (``head[pd, V + rank]``, written by an NGRAM component); a
   drawn root takes the context ``code_i`` of a uniform corpus position i.
+* ``CTX_LSTM``: ``[5, V, W, n_roots, n_classes, class_0, ...]``: a recurrent state kept in
+  the level's head row (see :mod:`brwsim.kernels.lstm`). A child's ``li[d, CTX_I]`` is the
+  class of its rank, read from the parent's head (``head[pd, V + rank]``) and the LSTM
+  component advances the parent's state by it; a drawn root takes the window
+  ``class_i .. class_{i+W-1}`` of a uniform i < n_roots; a preset root keeps the state
+  the caller wrote into its head row.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel
+from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
@@ -57,6 +64,7 @@ ORDERSTAT = 5
 PEAKED = 6
 ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
 NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c, 0] = beta
+LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, carry
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -65,7 +73,7 @@ LEVEL_I = 6     # int state per level
 CTX_F = 6       # lf slot of the latent context value
 CTX_I = 4       # li slot of the context (regime, depth)
 
-CTX_NONE, CTX_REGIME, CTX_DEPTH, CTX_AR1, CTX_NGRAM = 0, 1, 2, 3, 4
+CTX_NONE, CTX_REGIME, CTX_DEPTH, CTX_AR1, CTX_NGRAM, CTX_LSTM = 0, 1, 2, 3, 4, 5
 ROOT_DRAW = -1      # ``pd`` of a root whose context is drawn from the stationary law
 ROOT_PRESET = -2    # ``pd`` of a root whose context the caller has written into its level
 
@@ -244,6 +252,15 @@ def _context(cprog, key, d, lf, li, head, pd, rank):
             li[d, CTX_I] = np.int64(cprog[5 + min(int(unit(rk, 0) * n_pos), n_pos - 1)])
         lf[d, CTX_F] = 0.0              # no latent value (keeps generation records clean)
         return 0, -1, -1.0
+    if kind == CTX_LSTM:
+        v = int(cprog[1])
+        if pd >= 0:
+            li[d, CTX_I] = np.int64(head[pd, v + max(min(rank, li[pd, 3] - 1), 0)])
+        elif pd == ROOT_DRAW:
+            n_roots = int(cprog[3])
+            li[d, CTX_I] = min(int(unit(rk, 0) * n_roots), n_roots - 1)
+        lf[d, CTX_F] = 0.0
+        return 0, -1, -1.0
     if kind == CTX_AR1:
         if pd >= 0:
             rho = cprog[1]
@@ -337,6 +354,11 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     elif kind == NGRAM:
         # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
         li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
+    elif kind == LSTM:
+        # ranks into head[d, :V], their classes into head[d, V:], the state after them
+        n_list = li[pd, 3] if pd >= 0 else 0
+        li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
+                             pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
 
 
 @kernel
@@ -383,6 +405,6 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
         if li[d, 3] == 0 and lf[d, 0] >= out:
             li[d, 3] = 1
             out = lf[d, 0]
-    elif kind == NGRAM and r < li[d, 3]:
+    elif (kind == NGRAM or kind == LSTM) and r < li[d, 3]:
         out = head[d, r]
     return out

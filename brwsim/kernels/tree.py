@@ -280,7 +280,9 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, cut, pos, dep,
                      onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
         if n == _TOO_DEEP:
+            root_row = head[0]          # a preset root may keep its state in its head row
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
+            head[0, :] = root_row
             continue
         visited += cap if n == _ABORT else n
         done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)

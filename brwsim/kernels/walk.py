@@ -78,7 +78,8 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
     Call c's root is where call c-1's sampled path arrived after X + 1 tokens; the first
     root is ``root_key(seed_key, run)`` with its context drawn from the stationary law.
     Outputs hold one column per call (at most their width); ctx_*_out record each root's
-    context (regime or depth index; latent value).
+    context (regime or depth index; latent value). A preset root's head row is carried
+    along too (the recurrent state of ``charlstm``).
     """
     ws = new_workspace(budgets[budgets.shape[0] - 1], head_cap)
     lf = np.empty((2, LEVEL_F))
@@ -103,8 +104,10 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
         ctx_i_out[calls] = ci
         ctx_f_out[calls] = cf
         x = acc_out[budgets.shape[0] - 1, calls]
+        head[0, :] = ws[11][0, :]       # the root's row: a family may keep its state there
         key, ci, cf = advance(kinds, cw, fpar, ipar, data, cprog, key, ROOT_PRESET, ci, cf, x + 1,
                               lf, li, head)
+        ws[11][0, :] = head[(x + 1) % 2, :]     # the new root's row (advance alternates rows)
         if int(cprog[0]) == CTX_DEPTH:
             ci = 0                      # depth counts from the new root
         mode = ROOT_PRESET
