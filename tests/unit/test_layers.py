@@ -22,7 +22,7 @@ def test_layers_contract_is_kept():
     exe = shutil.which("lint-imports") or str(pathlib.Path(sys.executable).parent / "lint-imports")
     if not pathlib.Path(exe).exists():
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
-    res = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT,
+    res = subprocess.run([exe, str(ROOT / "pyproject.toml")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "1 kept, 0 broken" in res.stdout
