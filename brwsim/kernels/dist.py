@@ -78,6 +78,12 @@ NEG_INF = -np.inf
 # Early exit is taken only with this relative margin, so it never decides a rank that the
 # exact comparison in the caller would decide otherwise.
 _EXIT_MARGIN = 1.0 + 1e-9
+# Lazy tail: a rank absorbs _GAIN_TOP times its share of the tail-sum discrepancy, and
+# _GAIN_FAR times once the expected rest is below _FAR of the whole tail's (there the
+# discrepancy must die out: with a gain g its relative size scales as mean**(g - 1)).
+_GAIN_TOP = 0.6
+_GAIN_FAR = 2.0
+_FAR = 0.01
 
 
 @kernel
@@ -89,16 +95,30 @@ def _os_eval(data, fpar, ipar, c, which, a):
 
 
 @kernel
+def _log1mexp(x):
+    """log(1 - exp(x)) for x <= 0, accurate on both sides of -log 2 (Maechler 2012)."""
+    if x > -0.6931471805599453:
+        return math.log(-math.expm1(x))
+    return math.log1p(-math.exp(x))
+
+
+@kernel
 def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     """Descending order statistics of ``vocab`` i.i.d. weights (Dirichlet, SoftmaxNormal).
 
     The j-th largest of n uniforms has -log CDF A_j = A_{j-1} + E_j / (n - j + 1) with
     E_j standard exponential (Renyi, exact); the weight is the tabulated quantile at A_j.
     Small vocabularies are generated in full (exact normaliser); large ones generate a
-    head of ``ipar[c, 4]`` ranks and draw the sum of the remaining weights from a
-    moment-matched gamma law of the truncated tail (see ``brwsim.families.Dirichlet``).
-    Generation stops early, leaving the level EMPTY, once the partial normaliser proves
-    that even rank 0 has log-probability below ``min_logq``.
+    head of ``ipar[c, 4]`` ranks and draw the sum R of the remaining weights from a
+    moment-matched gamma law of the truncated tail, capped at (n - head) times the last
+    head weight; the tail ranks then share exactly R (:func:`_orderstat_tail`, see
+    ``brwsim.families.Dirichlet``). Generation stops early, leaving the level EMPTY,
+    once the partial normaliser proves that even rank 0 has log-probability below
+    ``min_logq``.
+
+    Lazy state: ``lf[d, 0]`` log normaliser, ``lf[d, 1]`` A of the last generated rank,
+    ``lf[d, 2]`` log of the probability not yet emitted, ``lf[d, 3]`` the last emitted
+    log-probability.
     """
     n = ipar[c, 2]
     n_head = ipar[c, 4]
@@ -119,6 +139,9 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
                 li[d, 0] = EMPTY
                 return
     log_z = lw1 + math.log(acc)
+    log_tail = NEG_INF
+    mean_z = 0.0
+    var_z = 0.0
     if ipar[c, 5] == 1:
         rest = n - n_head
         cdf = math.exp(-a)
@@ -130,12 +153,66 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
         if var > 0.0 and mean > 0.0:
             tail = gamma(mean * mean / var, mix(dk ^ np.uint64(0x7A11))) * (var / mean)
         if tail > 0.0:
-            log_z = np.logaddexp(log_z, math.log(tail))
+            # the rest are below the last head weight: R <= rest * w_last always
+            log_tail = min(math.log(tail), math.log(rest) + head[d, n_head - 1])
+            log_z = np.logaddexp(log_z, log_tail)
+        if mean > 0.0:
+            mean_z = math.exp(math.log(mean) - log_z)
+        if var > 0.0:
+            var_z = math.exp(math.log(var) - 2.0 * log_z)
     for j in range(n_head):
         head[d, j] -= log_z
     lf[d, 0] = log_z
     lf[d, 1] = a
+    lf[d, 2] = math.exp(log_tail - log_z)
+    lf[d, 3] = math.exp(head[d, n_head - 1])
+    lf[d, 4] = mean_z
+    lf[d, 5] = mean_z
     li[d, 0] = ORDERSTAT
+
+
+@kernel
+def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
+    """Probability of lazy tail rank ``r`` (>= the head), conditioned on the drawn tail sum.
+
+    State (probability units): M the mass not yet emitted, mu and s2 the conditional mean
+    and variance of the weights from rank r on given the previous order statistic, and the
+    last emitted probability. The exact r-th order statistic w (Renyi's sum continues)
+    and the conditional mean mu' and variance s2' of the m = n - 1 - r weights after it
+    give the innovation I = w + mu' - mu (mean 0, variance s2 - E[s2']). Rank r takes
+    the Gaussian conditional sample given that ranks >= r sum to M:
+    mu - mu' + lam (M - mu) + sqrt(1 - lam) I with lam = 1 - s2' / s2, clipped to
+    [M / (m + 1), min(M, previous)]; the last rank (m = 0) takes all of M. The tail
+    therefore sums to the drawn R exactly, ranks never increase, and M <= (m + 1) times
+    the last emitted probability holds at every step (so the clip is never empty).
+    """
+    n = ipar[c, 2]
+    left = lf[d, 2]
+    if not left > 0.0:
+        return NEG_INF
+    a = lf[d, 1] - math.log(unit(purpose_key(key, DIST), r + 1)) / (n - r)
+    lf[d, 1] = a
+    n_int = ipar[c, 3]
+    x = math.log(a)
+    log_z = lf[d, 0]
+    base = ipar[c, 0]
+    x0, inv_h = fpar[c, 0], fpar[c, 1]
+    w = math.exp(spline_eval(data, base + OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
+    prev = lf[d, 3]
+    m = n - 1 - r
+    if m > 0:
+        c1 = math.exp(a - log_z + spline_eval(data, base + OS_LOGM1 * n_int * 4, n_int, x0,
+                                              inv_h, x))
+        mu = lf[d, 4]
+        gain = _GAIN_TOP if mu > _FAR * lf[d, 5] else _GAIN_FAR
+        out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
+        out = min(max(out, left / (m + 1)), min(left, prev))
+        lf[d, 4] = m * min(c1, w)
+    else:
+        out = min(left, prev)
+    lf[d, 2] = left - out
+    lf[d, 3] = out
+    return math.log(out) if out > 0.0 else NEG_INF
 
 
 @kernel
@@ -372,11 +449,7 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
         if r < ipar[c, 4]:
             out = head[d, r]
         elif r < n:
-            a = lf[d, 1] - math.log(unit(purpose_key(key, DIST), r + 1)) / (n - r)
-            lf[d, 1] = a
-            n_int = ipar[c, 3]
-            out = spline_eval(data, ipar[c, 0] + OS_LOGW * n_int * 4, n_int, fpar[c, 0],
-                              fpar[c, 1], math.log(a)) - lf[d, 0]
+            out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
     elif kind == PEAKED:
         i = r + 1 - li[d, 3]              # next Zipf index, 1-based
         if i <= ipar[c, 2] - 1:
