@@ -37,7 +37,8 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
 from brwsim.kernels.tree import (_ABORT, _TOO_DEEP, MAX_NODES, _accumulate, _aim, _before,
-                                 _new_levels, _retarget, _select, _select_by, _select_nested)
+                                 _new_levels, _retarget, _select, _select_by, _select_nested,
+                                 _tie_cut, _within)
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
 NOISE = np.uint64(0x452821E638D01377)
@@ -339,7 +340,7 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
                    kh, t, cap,
                    dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
                    r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
-    """Nodes with estimated position <= t, in pre-order (children in rank order).
+    """Nodes with estimated position <= _tie_cut(t), in pre-order (children in rank order).
 
     Writes the estimated position (``est``), the true one (``pos``), depth and path flag of
     each; returns the count, ``_ABORT`` or ``_TOO_DEEP`` as ``tree._collect``. Head ranks
@@ -349,6 +350,7 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
     set of nodes at one estimated position) stays finite.
     """
     n_levels = keys.shape[0]
+    t = _tie_cut(t)                     # collect past every estimate tied with one <= t
     keys[0] = rkey
     s_lev[0] = 0.0
     t_lev[0] = 0.0
@@ -464,7 +466,8 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                  lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
                 continue
             visited += cap if n == _ABORT else n
-            done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
+            core = n if n < p_max else _within(est, n, t)
+            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t
