@@ -96,15 +96,32 @@ def test_exact_noisy_drafter_follows_the_rule(fam, probs, p):
         np.testing.assert_array_equal(a, b)
 
 
+def _sampled_x(tree, probs, seed, it):
+    """X of the exact tree on iteration ``it``: the target's path (the kernels' rule) in it."""
+    paths = {path for _, _, path in tree}
+    cum = np.cumsum(np.exp(np.log([float(q) for q in probs])))
+    path, x = (), 0
+    while True:
+        r = int(np.searchsorted(cum, path_uniform(seed, it, path), side="left"))
+        path += (r,)
+        if r >= len(probs) or path not in paths:
+            return x
+        x += 1
+
+
 @pytest.mark.parametrize("fam,probs,p", CASES, ids=IDS)
-def test_heapq_reference_follows_the_rule(fam, probs, p):
+def test_heapq_reference_and_kernel_build_the_exact_tree(fam, probs, p):
+    """Per tree: X of the kernel, X of the heapq reference and X of the exact tree agree."""
     tree = _exact_tree(probs, p)
     law = _tail_law(tree)
-    seed = 2
-    acc, exp, dep, _, _ = run_iterations(fam.spec(), validate_budgets([p]), seed_key(seed), 0, 30)
-    for it in range(30):
-        e, a, d = best_first(env_provider(fam, seed, it, k=64), [p],
-                             lambda q, it=it: path_uniform(seed, it, q))
-        assert abs(e[0] - float(law.sum())) < 1e-12
-        assert d[0] == law.size
-        assert a[0] == acc[0, it]
+    seed, n_it = 2, 300
+    acc, exp, dep, _, _ = run_iterations(fam.spec(), validate_budgets([p]), seed_key(seed), 0,
+                                         n_it)
+    for it in range(n_it):
+        x = _sampled_x(tree, probs, seed, it)
+        assert acc[0, it] == x, it
+        if it < 60:
+            e, a, d = best_first(env_provider(fam, seed, it, k=64), [p],
+                                 lambda q, it=it: path_uniform(seed, it, q))
+            assert abs(e[0] - float(law.sum())) < 1e-12
+            assert (a[0], d[0]) == (x, law.size), it
