@@ -78,9 +78,14 @@ NEG_INF = -np.inf
 # Early exit is taken only with this relative margin, so it never decides a rank that the
 # exact comparison in the caller would decide otherwise.
 _EXIT_MARGIN = 1.0 + 1e-9
-# Lazy tail: a rank absorbs this multiple of its mean share of the tail-sum discrepancy
-# (0.6 matches the spread of exact partial sums of Dirichlet(0.05, 2048) at ranks 64-256).
+# Lazy tail: rank r absorbs g times its mean share of the tail-sum discrepancy, with
+# g = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * (mu / mu_0)**_GAIN_POW rising from 0.6 at the
+# first tail rank (the spread of exact partial sums of Dirichlet(0.05, 2048) at ranks
+# 64-128) to 2 deep in the tail, where the discrepancy then dies out (with a gain g its
+# size relative to mu scales as mu**(g - 1)).
 _TAIL_GAIN = 0.6
+_GAIN_FAR = 2.0
+_GAIN_POW = 0.2
 
 
 @kernel
@@ -107,7 +112,8 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
 
     Lazy state: ``lf[d, 0]`` log normaliser, ``lf[d, 1]`` A of the last generated rank,
     ``lf[d, 2]`` probability not yet emitted, ``lf[d, 3]`` the last emitted probability,
-    ``lf[d, 4]`` the conditional mean of the probability from the next rank on.
+    ``lf[d, 4]`` the conditional mean of the probability from the next rank on,
+    ``lf[d, 5]`` that mean at the first tail rank.
     """
     n = ipar[c, 2]
     n_head = ipar[c, 4]
@@ -153,6 +159,7 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     lf[d, 2] = math.exp(log_tail - log_z)
     lf[d, 3] = math.exp(head[d, n_head - 1])
     lf[d, 4] = mean_z
+    lf[d, 5] = mean_z
     li[d, 0] = ORDERSTAT
 
 
@@ -161,9 +168,10 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
     """Log-probability of lazy tail rank ``r`` (>= the head), consistent with the drawn tail sum.
 
     State (probability units): M the mass not yet emitted (R / Z at the first tail rank),
-    mu = E[sum of ranks >= r | previous order statistic] and the last emitted q. With w
-    the exact r-th order statistic (Renyi's sum continues) and m = n - 1 - r ranks after
-    it, rank r takes w (1 + g (M - mu) / mu), g = ``_TAIL_GAIN``, clipped to
+    mu = E[sum of ranks >= r | previous order statistic] (mu_0 at the first tail rank)
+    and the last emitted q. With w the exact r-th order statistic (Renyi's sum continues)
+    and m = n - 1 - r ranks after it, rank r takes w (1 + g (M - mu) / mu), with
+    g = 2 - 1.4 (mu / mu_0)**0.2 (see ``_TAIL_GAIN``), clipped to
     [M / (m + 1), min(M, previous)]; the last rank takes all of M. The tail thus sums to R
     exactly, ranks never increase, and M <= (m + 1) * previous holds at every step, so the
     clip is never empty and the last rank fits.
@@ -186,7 +194,9 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
         c1 = math.exp(a - log_z + spline_eval(data, base + OS_LOGM1 * n_int * 4, n_int, x0,
                                               inv_h, x))
         mu = lf[d, 4]
-        out = w + _TAIL_GAIN * w * (left - mu) / mu if mu > 0.0 else left
+        frac = mu / lf[d, 5] if lf[d, 5] > mu else 1.0
+        gain = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * frac ** _GAIN_POW
+        out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
         out = min(max(out, left / (m + 1)), min(left, prev))
         lf[d, 4] = m * min(c1, w)
     else:
