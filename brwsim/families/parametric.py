@@ -219,8 +219,7 @@ class _OrderStatFamily(Family):
     on the per-tree SD of E[X | T_P] against exact sampling (Dirichlet(0.05, .) at vocab
     2048 / 4096 / 32000 and P = 256 / 1024 / 4096: SD ratios 0.94 / 1.02 / 1.35, the last
     with 15 exact trees; constant 0.6 gives 2.8 at 32000, power 0.2 gives 0.53). Tail
-    ranks cost O(1)
-    each (two spline evaluations).
+    ranks cost O(1) each (two spline evaluations and a power).
     """
 
     _law = ""
