@@ -19,10 +19,28 @@ import numpy as np
 
 from brwsim.environment import node_logprobs
 from brwsim.families.base import Family
+from brwsim.kernels.tree import TIE_REL
 
 __all__ = ["best_first", "env_provider", "sampling_provider"]
 
 Provider = Callable[[tuple[int, ...]], np.ndarray]
+
+
+class _Node:
+    """Heap entry ordered as the kernels order nodes: position (ties within TIE_REL of the
+    larger), then depth, then lexicographic rank path."""
+
+    __slots__ = ("s", "depth", "path")
+
+    def __init__(self, s: float, path: tuple[int, ...]) -> None:
+        self.s, self.depth, self.path = s, len(path), path
+
+    def __lt__(self, other: "_Node") -> bool:
+        a, b = self.s, other.s
+        if a != b and (math.isinf(a) or math.isinf(b)
+                       or abs(a - b) > TIE_REL * max(abs(a), abs(b))):
+            return a < b
+        return (self.depth, self.path) < (other.depth, other.path)
 
 
 
@@ -59,7 +77,8 @@ def best_first(provide: Provider, budgets: Sequence[int],
                max_depth: int | None = None):
     """Top-P nodes by path probability, popped in order from a binary heap.
 
-    Ties break by depth, then lexicographic rank path (the kernels' order). With
+    Ties (positions within ``TIE_REL`` of the larger) break by depth, then lexicographic
+    rank path (the kernels' order). With
     ``max_depth`` only nodes of depth <= max_depth are candidates.
 
     Parameters
@@ -79,7 +98,7 @@ def best_first(provide: Provider, budgets: Sequence[int],
         (E[X | T_P], X_P or None, depth of T_P) for each budget.
     """
     p_max = max(budgets)
-    heap: list[tuple[float, int, tuple[int, ...]]] = []
+    heap: list[_Node] = []
 
     def push(parent_s: float, path: tuple[int, ...]) -> None:
         lq = provide(path[:-1])
@@ -87,13 +106,14 @@ def best_first(provide: Provider, budgets: Sequence[int],
         if max_depth is not None and len(path) > max_depth:
             return
         if r < lq.size and lq[r] > -math.inf:
-            heapq.heappush(heap, (parent_s - lq[r], len(path), path))
+            heapq.heappush(heap, _Node(parent_s - lq[r], path))
 
     push(0.0, (0,))
     popped: list[tuple[float, int, tuple[int, ...]]] = []
     pos_of: dict[tuple[int, ...], float] = {(): 0.0}
     while heap and len(popped) < p_max:
-        s, depth, path = heapq.heappop(heap)
+        node = heapq.heappop(heap)
+        s, depth, path = node.s, node.depth, node.path
         popped.append((s, depth, path))
         pos_of[path] = s
         push(s, path + (0,))

@@ -48,6 +48,8 @@ from brwsim.kernels.tree import (
     _select,
     _select_by,
     _select_nested,
+    _tie_cut,
+    _within,
 )
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
@@ -354,7 +356,7 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
                    exact, kh, t, cap,
                    dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
                    r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
-    """Nodes with estimated position <= t, in pre-order (children in rank order).
+    """Nodes with estimated position <= _tie_cut(t), in pre-order (children in rank order).
 
     Writes the estimated position (``est``), the true one (``pos``), depth and path flag of
     each; returns the count, ``_ABORT`` or ``_TOO_DEEP`` as ``tree._collect``. Head ranks
@@ -364,6 +366,7 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
     set of nodes at one estimated position) stays finite.
     """
     n_levels = keys.shape[0]
+    t = _tie_cut(t)                     # collect past every estimate tied with one <= t
     keys[0] = rkey
     s_lev[0] = 0.0
     t_lev[0] = 0.0
@@ -482,7 +485,8 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                  lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
                 continue
             visited += cap if n == _ABORT else n
-            done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
+            core = n if n < p_max else _within(est, n, t)
+            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t

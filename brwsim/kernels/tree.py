@@ -6,9 +6,12 @@ node's first child above t (children come sorted, so the rest are above t too). 
 samples the target's path on the way: at a path node with uniform U, the child of rank r
 is on the path iff cum_{r-1} < U <= cum_r, which needs only the ranks the pass generates.
 
-If at least P_max nodes fall below t, the P_max smallest by (S, depth, pre-order index)
-are exactly T_{P_max}; pre-order among equal (S, depth) is the lexicographic order of rank
-paths, so the tie-break does not depend on t. :func:`_select_nested` partitions them once
+Positions are floating-point sums, so equal path probabilities can give positions a few
+ulps apart; two positions within ``TIE_REL`` (relative) of each other are a tie, decided by
+depth, then pre-order. The pass collects every node up to ``_tie_cut(t)``, past any node
+tied with one <= t; if at least P_max nodes fall below t itself, the P_max first by
+(S with ties, depth, pre-order index) are exactly T_{P_max}; pre-order among tied (S,
+depth) is the lexicographic order of rank paths, so the tie-break does not depend on t. :func:`_select_nested` partitions them once
 per budget (largest first, expected linear time) and accumulates, per budget, the path
 probabilities (in two-limb fixed point, so the sum is exact and independent of the order
 of addition, hence of the budget list and of t), the path nodes and the maximum depth.
@@ -41,6 +44,11 @@ NO_DEPTH_CAP = 1 << 30            # max_depth of the unconstrained optimal tree
 T_LIMIT = 800.0                   # -log p beyond this is 0 in float64: every node is found
 HUGE_TIE = -1                     # grow_tree: more than MAX_NODES nodes tie at one position
 TOO_FEW = -2                      # grow_tree: fewer than P nodes of positive probability
+# Two positions tie when they differ by at most TIE_REL of the larger: S is a sum of d
+# non-negative terms -log q, each within 1 ulp, so rounding moves it by at most
+# 2 d 2**-53 S; exact ties at depth <= 2048 are therefore always recognised, and distinct
+# positions closer than 1e-12 (relative) are ordered as ties, by depth and rank path.
+TIE_REL = 2.0 ** -40
 
 
 @kernel
@@ -61,7 +69,7 @@ def _new_levels(n_levels, head_cap):
 @kernel
 def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_depth, pos, dep,
              onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
-    """Nodes with S <= t below the root ``rkey`` into (pos, dep, onpath), in pre-order.
+    """Nodes with S <= _tie_cut(t) below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
     ROOT_PRESET (already written into level 0 by the caller, for generation runs). The
@@ -69,6 +77,7 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_de
     than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
     """
     n_levels = keys.shape[0]
+    t = _tie_cut(t)
     keys[0] = rkey
     s_lev[0] = 0.0
     on_lev[0] = 1
@@ -112,10 +121,30 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_de
 
 
 @kernel
+def _tie_cut(t):
+    """Cut-off of a threshold pass at t: every position tied with one <= t is below it."""
+    return t + 4.0 * TIE_REL * abs(t)
+
+
+@kernel
+def _within(pos, n, t):
+    """Number of the n collected nodes with position <= t (the pass's core, see grow_tree)."""
+    k = 0
+    for i in range(n):
+        if pos[i] <= t:
+            k += 1
+    return k
+
+
+@kernel
 def _before(pos, dep, i, j):
-    """Strict tree order: smaller S, then smaller depth, then earlier pre-order index."""
-    if pos[i] != pos[j]:
-        return pos[i] < pos[j]
+    """Strict tree order: smaller S (beyond a tie, TIE_REL), then smaller depth, then
+    earlier pre-order index (the lexicographically smaller rank path)."""
+    a = pos[i]
+    b = pos[j]
+    if a != b:
+        if math.isinf(a) or math.isinf(b) or abs(a - b) > TIE_REL * max(abs(a), abs(b)):
+            return a < b
     if dep[i] != dep[j]:
         return dep[i] < dep[j]
     return i < j
@@ -285,7 +314,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             head[0, :] = root_row
             continue
         visited += cap if n == _ABORT else n
-        done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
+        core = n if n < p_max else _within(pos, n, t)
+        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
@@ -403,7 +433,9 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         if status == _ABORT:
             n = _ABORT
         visited += cap if n == _ABORT else n
-        done, t, t_lo, t_hi, widen = _retarget(n, p_max, t, t_lo, t_hi)
+        # as grow_tree: done only when P nodes lie at or below t itself (ties at the cut)
+        core = n if n < p_max else _within(pos, n, t)
+        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
         if widen:
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head), 0
