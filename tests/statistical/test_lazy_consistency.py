@@ -15,7 +15,7 @@ from scipy import stats
 
 from brwsim import Dirichlet, SoftmaxNormal
 from brwsim.environment import node_logprobs
-from brwsim.families.parametric import LAZY_ABOVE, LAZY_HEAD
+from brwsim.families.orderstat import LAZY_ABOVE, LAZY_HEAD
 from brwsim.reference import best_first, sampling_provider
 from brwsim.simulate import run_iterations, seed_key, validate_budgets
 
