@@ -24,14 +24,23 @@ if TYPE_CHECKING:                                    # annotations only: no impo
     from brwsim.families.base import Spec
 
 __all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "validate_batch",
-           "seed_key", "node_key", "start_threshold", "check_grow_status", "run_iterations",
+           "seed_key", "node_key", "check_path", "start_threshold", "check_grow_status", "run_iterations",
            "run_forest"]
+
+
+def check_path(path: Sequence[int]) -> np.ndarray:
+    """A node path as int64 ranks (each >= 0), or a :class:`UserError` naming the entry."""
+    if isinstance(path, (str, bytes)) or not isinstance(path, (Sequence, np.ndarray)):
+        raise UserError(f"path must be a list of ranks (integers >= 0), got {echo(path)}")
+    return np.array([check_int(f"path[{i}]", r, 0, (1 << 63) - 1) for i, r in enumerate(path)],
+                    dtype=np.int64)
 
 
 def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
     """64-bit key of the node reached from the root of ``iteration`` by ranks ``path``."""
+    iteration = check_int("iteration", iteration, 0, (1 << 64) - 1)
     key = np.uint64(root_key(seed_key(seed), np.uint64(iteration)))
-    for r in path:
+    for r in check_path(path):
         key = np.uint64(child_key(key, np.uint64(r)))
     return int(key)
 
@@ -85,6 +94,11 @@ def check_grow_status(code: int, max_depth: int = NO_DEPTH_CAP) -> None:
                         "that ends on a full level of this lattice family")
 
 
+def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-(budget, iteration) output arrays: accepted (int32), expected (float64), depth (int32)."""
+    return (np.empty((m, count), np.int32), np.empty((m, count)), np.empty((m, count), np.int32))
+
+
 def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
                    t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
@@ -101,10 +115,7 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     t_end : float
         Final threshold, a good start for the next call.
     """
-    m = budgets.size
-    acc = np.empty((m, count), np.int32)
-    exp = np.empty((m, count))
-    dep = np.empty((m, count), np.int32)
+    acc, exp, dep = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1])
     visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
@@ -134,12 +145,8 @@ def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, coun
     t_end : float
         Final threshold, a good start for the next call.
     """
-    m = budgets.size
-    acc = np.empty((m, count), np.int32)
-    exp = np.empty((m, count))
-    dep = np.empty((m, count), np.int32)
-    acc_s = np.empty((m, count), np.int32)
-    exp_s = np.empty((m, count))
+    acc, exp, dep = _outputs(budgets.size, count)
+    acc_s, exp_s, _ = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1] / batch)
     visited, visited1, t_end = forest_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,

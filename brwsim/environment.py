@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from brwsim.engine import node_key
+from brwsim.engine import check_path, node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.kernels import njit_cached
@@ -57,21 +57,13 @@ def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequen
     if not isinstance(family, (Family, Spec)):
         raise UserError(f"family must be a brwsim family or its Spec, got {echo(family)}")
     k = check_int("k", k, 1, 1 << 20)
-    ranks = _check_path(path)
+    ranks = check_path(path)
     spec = family.spec() if isinstance(family, Family) else family
     out = np.empty(k)
     root = np.uint64(node_key(seed, iteration, ()))
     _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
                root, ranks, k, out)
     return out
-
-
-def _check_path(path: Sequence[int]) -> np.ndarray:
-    """A node path as int64 ranks (each >= 0), or a :class:`UserError` naming the entry."""
-    if isinstance(path, (str, bytes)) or not isinstance(path, (Sequence, np.ndarray)):
-        raise UserError(f"path must be a list of ranks (integers >= 0), got {echo(path)}")
-    return np.array([check_int(f"path[{i}]", r, 0, (1 << 63) - 1) for i, r in enumerate(path)],
-                    dtype=np.int64)
 
 
 def path_uniform(seed: int, iteration: int, path: Sequence[int] = ()) -> float:

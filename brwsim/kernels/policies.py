@@ -44,6 +44,7 @@ from brwsim.kernels.tree import (
     _aim,
     _before,
     _new_levels,
+    _node_buffers,
     _retarget,
     _select,
     _select_by,
@@ -492,10 +493,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                     return -1, t
                 cap *= 2
                 est = np.empty(cap)
-                pos = np.empty(cap)
-                dep = np.empty(cap, np.int32)
-                onpath = np.empty(cap, np.int8)
-                order = np.empty(cap, np.int32)
+                pos, dep, onpath, order = _node_buffers(cap)
             if done:
                 break
         _select_by(n, est, dep, order, budgets)

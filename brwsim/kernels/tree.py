@@ -59,6 +59,12 @@ def start_threshold(p_max):
 
 
 @njit_cached
+def _node_buffers(cap):
+    """Node arrays of a pass holding ``cap`` nodes: positions, depths, on-path flags, order."""
+    return np.empty(cap), np.empty(cap, np.int32), np.empty(cap, np.int8), np.empty(cap, np.int32)
+
+
+@njit_cached
 def _new_levels(n_levels, head_cap):
     """Per-level buffers of a pass: keys, positions, path state, family state, heads."""
     return (np.empty(n_levels, np.uint64), np.empty(n_levels), np.empty(n_levels, np.int8),
@@ -279,8 +285,8 @@ def new_workspace(p_max, head_cap):
     """Buffers of one worker: node arrays (6 P_max + 64) and 256 levels (both grow on demand)."""
     cap = 6 * p_max + 64
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(256, head_cap)
-    return (np.empty(cap), np.empty(cap, np.int32), np.empty(cap, np.int8), np.empty(cap, np.int32),
-            keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+    pos, dep, onpath, order = _node_buffers(cap)
+    return pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head
 
 
 @njit_cached
@@ -320,10 +326,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
             cap *= 2
-            pos = np.empty(cap)
-            dep = np.empty(cap, np.int32)
-            onpath = np.empty(cap, np.int8)
-            order = np.empty(cap, np.int32)
+            pos, dep, onpath, order = _node_buffers(cap)
         if done:
             break
         if t > T_LIMIT:             # the threshold passed every positive path probability
@@ -440,10 +443,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head), 0
             cap *= 2
-            pos = np.empty(cap)
-            dep = np.empty(cap, np.int32)
-            onpath = np.empty(cap, np.int8)
-            order = np.empty(cap, np.int32)
+            pos, dep, onpath, order = _node_buffers(cap)
         if done:
             break
         if t > T_LIMIT:
