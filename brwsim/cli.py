@@ -51,7 +51,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-
     family = parse_family(args.family)
     budgets = validate_budgets(parse_budgets(args.budgets))
     if args.iterations < 1:
@@ -95,13 +94,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_se(ds, name: str, i: int) -> str:
-    """``value`` or ``value ± se`` (when the spine law was sampled) of a per-budget variable."""
-    v = float(ds[name][i])
-    se = float(ds[name + "_se"][i]) if name + "_se" in ds else 0.0
+def _value_se(v: float, se: float = 0.0) -> str:
+    """``value``, ``value ± se`` (a sampled spine law's standard error) or ``n/a`` (NaN)."""
     if math.isnan(v):
         return "n/a"
     return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
+
+
+def _fmt_se(ds, name: str, i: int) -> str:
+    """:func:`_value_se` of a per-budget variable of ``ds`` and its ``_se`` companion."""
+    se = float(ds[name + "_se"][i]) if name + "_se" in ds else 0.0
+    return _value_se(float(ds[name][i]), se)
 
 
 def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
@@ -155,7 +158,6 @@ def _policy_table(ds) -> str:
 def _cmd_theory(args: argparse.Namespace) -> int:
     import numpy as np
 
-
     family = parse_family(args.family)
     check_family(family)
     budgets = validate_budgets(parse_budgets(args.budgets))
@@ -165,12 +167,7 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     print(f"family: {family!r}")
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
           f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
-
-    def fmt(v, se=0.0):
-        if np.isnan(v):
-            return "n/a"
-        return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
-
+    fmt = _value_se
     rows = [[str(p), fmt(bound[i]), fmt(pred["upper_bound"][i], pred["upper_bound_se"][i]),
              fmt(pred["prediction"][i], pred["prediction_se"][i]),
              fmt(pred["prediction_asymptotic"][i]), fmt(pred["prediction"][i] + 1)]

@@ -17,7 +17,7 @@ from brwsim.engine import (
     validate_budgets,
 )
 from brwsim.errors import UserError
-from brwsim.families.base import Family
+from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
 from brwsim.policies import Optimal, Policy, parse_policy
 from brwsim.schema import variable
@@ -94,16 +94,16 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     iterations = check_int("iterations", iterations, 1)
     key = seed_key(seed)
     batch = validate_batch(batch)
-    check_family(family)
+    spec = check_family(family)
     if batch > 1:
         if policies is not None:
             raise UserError("policies are not supported with batch > 1 (only the optimal allocation)")
-        return _simulate_batch(family, b, iterations, int(seed), key, batch, progress, command)
+        return _simulate_batch(family, spec, b, iterations, int(seed), key, batch, progress,
+                               command)
     pols = _policies(policies)
     check_work_size(len(pols) * b.size * float(iterations) * _BYTES_PER_RESULT,
                     f"simulate: {len(pols)} policies x {b.size} budgets x {iterations} iterations",
                     "use fewer iterations or budgets, or a sweep (brwsim sweep --summary-only)")
-    spec = family.spec()
     # the optimal tree (capped or not) calls the kernel directly, its threshold carried over
     caps = [p.depth_cap if isinstance(p, Optimal) else None for p in pols]
     shape = (len(pols), b.size, iterations)
@@ -138,10 +138,9 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     return ds
 
 
-def _simulate_batch(family: Family, b: np.ndarray, iterations: int, seed: int, key: np.uint64,
-                    batch: int, progress: bool, command: str) -> xr.Dataset:
+def _simulate_batch(family: Family, spec: Spec, b: np.ndarray, iterations: int, seed: int,
+                    key: np.uint64, batch: int, progress: bool, command: str) -> xr.Dataset:
     """:func:`simulate` for ``batch`` > 1: shared-budget forests and the equal split."""
-    spec = family.spec()
     shape = (b.size, iterations)
     acc, exp, dep = np.empty(shape, np.int32), np.empty(shape), np.empty(shape, np.int32)
     acc_s, exp_s = np.empty(shape, np.int32), np.empty(shape)

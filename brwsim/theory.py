@@ -440,7 +440,7 @@ def prediction(
     return _asymptotic(steps, P.ravel(), moments).reshape(P.shape)
 
 
-def check_family(family) -> None:
+def check_family(family):
     """Refuse, in one line, a family whose parameters are valid but degenerate in float64.
 
     Builds the family's kernel tables, moments and spine law with floating-point warnings
@@ -450,6 +450,11 @@ def check_family(family) -> None:
     (``zipf(s=800, vocab=10)``, ``geometric(r=1e-300)``: every tree is a chain), listed
     tokens of no mass (``fixed(probs=[1e-300, 1e-300])``) or a mean entropy whose square
     underflows.
+
+    Returns
+    -------
+    Spec
+        The family's compiled kernel form (built here anyway: callers reuse it).
 
     Raises
     ------
@@ -463,7 +468,7 @@ def check_family(family) -> None:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            family.spec()
+            spec = family.spec()
             mom = family.moments()
             law = spine_steps(family)
             mass = law.mass
@@ -484,6 +489,7 @@ def check_family(family) -> None:
     if mom.mu < 1e-100:
         raise UserError(f"{what}: mean entropy {mom.mu:.3g} nats: its square underflows in "
                         "float64")
+    return spec
 
 
 def exact_small_budget(family) -> float:
