@@ -11,8 +11,11 @@ for EAGLE's depth D and total_token N (see :class:`brwsim.policies.Dynamic`): EA
 its 59-node cap. One drafter degrades with depth, ``noisy(sigma, gamma)`` with sigma_d =
 sigma d**gamma, fitted (on the default family, by ``experiments/budget_curves.py``'s
 functions and seed) to the per-position acceptance 0.652 x^-0.449 over x = 1..8. Families: the
-LLM-like default mixture and, when available, character n-gram models of English prose
-and Python code. Writes ``data/drafter_gap.nc`` and ``data/drafter_gap.png``.
+LLM-like default mixture, character n-gram models of English prose and Python code, and a
+trained neural network (textgenrnn's character LSTM, ``charlstm()``, on prose roots). The
+network's nodes cost one LSTM step each, so it runs P <= 1024 with fewer trees
+(:data:`LIMITS`); its larger budgets hold NaN. Writes ``data/drafter_gap.nc`` and
+``data/drafter_gap.png``.
 
 Usage::
 
@@ -64,27 +67,37 @@ def depth_degrading_policy(quick: bool = False) -> str:
     return str(parse_policy(f"noisy(sigma={sigma:.3f}, T=1.0, gamma={gamma:.3f})"))
 
 
+NEURAL = "charlstm()"
+#: Families whose nodes are costly: (largest budget, fraction of the trees); and with --quick.
+LIMITS = {NEURAL: (1024, 0.5)}
+QUICK_LIMITS = {NEURAL: (64, 0.05)}
+
+
 def families() -> dict[str, str]:
-    """Family label -> string form (NGram corpora when the family exists)."""
-    out = {"LLM-like mixture (default)": DEFAULT_FAMILY}
-    try:
-        parse_family("ngram(corpus=prose, order=5)")
-    except Exception:  # noqa: BLE001 - the NGram family is optional here
-        return out
-    out["n-gram prose (order 5)"] = "ngram(corpus=prose, order=5)"
-    out["n-gram code (order 5)"] = "ngram(corpus=code, order=5)"
-    return out
+    """Family label -> string form."""
+    return {"LLM-like mixture (default)": DEFAULT_FAMILY,
+            "n-gram prose (order 5)": "ngram(corpus=prose, order=5)",
+            "n-gram code (order 5)": "ngram(corpus=code, order=5)",
+            "neural LSTM prose (textgenrnn, charlstm)": NEURAL}
 
 
 def measure(label: str, text: str, budgets: np.ndarray, trees: int, seed: int,
-            policies: list[str]):
-    """Per-policy mean E[X | T] and the paired fraction of optimal with its standard error."""
+            policies: list[str], quick: bool = False):
+    """Per-policy mean E[X | T] and the paired fraction of optimal with its standard error.
+
+    On ``budgets`` whole: the budgets above the family's :data:`LIMITS` hold NaN.
+    """
     fam = parse_family(text)
-    pols = [parse_policy(p) for p in policies] + [Sequoia.from_family(fam, size=32, samples=2000)]
-    ds = simulate(fam, budgets, trees, seed=seed, policies=pols)
+    top, share = (QUICK_LIMITS if quick else LIMITS).get(text, (int(budgets.max()), 1.0))
+    run = budgets[budgets <= top]
+    seq = Sequoia.from_family(fam, size=32, samples=300 if quick else 2000)
+    pols = [parse_policy(p) for p in policies] + [seq]
+    ds = simulate(fam, run, max(int(trees * share), 2), seed=seed, policies=pols)
     g = policy_gap(ds)                                   # paired on the optimal trees
-    return (label, [str(p) for p in ds.policy.values], g.expected_mean.values,
-            g.fraction_of_optimal.values, g.fraction_se.values)
+    full = lambda v: np.concatenate(  # noqa: E731
+        [v, np.full(v.shape[:-1] + (budgets.size - run.size,), np.nan)], axis=-1)
+    return (label, [str(p) for p in ds.policy.values], full(g.expected_mean.values),
+            full(g.fraction_of_optimal.values), full(g.fraction_se.values), ds.sizes["iteration"])
 
 
 def main() -> None:
@@ -101,7 +114,8 @@ def main() -> None:
     degrading = depth_degrading_policy(args.quick)
     policies = POLICIES + [degrading]
     labels_of = LABELS | {degrading: "depth-degrading drafter fitted to 0.652 x^-0.449 (x = 1..8)"}
-    rows = Parallel(n_jobs=args.jobs)(delayed(measure)(k, v, budgets, trees, 7 + i, policies)
+    rows = Parallel(n_jobs=args.jobs)(delayed(measure)(k, v, budgets, trees, 7 + i, policies,
+                                                       args.quick)
                                       for i, (k, v) in enumerate(fams.items()))
     labels = rows[0][1][:-1] + ["sequoia (fitted to the family)"]
     dims = ("family", "policy", "budget")
@@ -119,15 +133,18 @@ def main() -> None:
                           {"long_name": "what the policy stands for", "units": "1"}),
                 "budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
         attrs=provenance_attrs("brwsim drafter gap", {"families": fams, "policies": policies,
-                                                      "trees": trees}, 7, "python experiments/drafter_gap.py"))
+                                                      "trees": trees,
+                                                      "limits": QUICK_LIMITS if args.quick else LIMITS}, 7, "python experiments/drafter_gap.py"))
     ds["sequoia_policies"] = xr.Variable(("family",), [r[1][-1] for r in rows],
                                          {"long_name": "fitted Sequoia policy", "units": "1"})
+    ds["trees"] = xr.Variable(("family",), [r[5] for r in rows],
+                              {"long_name": "trees per point", "units": "1"})
     out = Path(args.out)
     write_netcdf_atomic(ds, out)
     plot(ds, out.with_suffix(".png"))
     show = [p for p in (16, 48, 64, 768, 4096) if p in budgets]
     for fam in ds.family.values:
-        print(f"{fam}: fraction of optimal E[X] at P = {show} (optimal E[X]: "
+        print(f"{fam} ({int(ds.trees.sel(family=fam))} trees): fraction of optimal E[X] at P = {show} (optimal E[X]: "
               + ", ".join(f"{float(ds.expected_mean.sel(family=fam, policy='optimal()', budget=p)):.3f}"
                           for p in show) + ")")
         for pol in ds.policy.values[1:]:

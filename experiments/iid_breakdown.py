@@ -18,8 +18,9 @@ roots are wherever the text has arrived. Writes ``data/iid_breakdown.nc`` and
 
 ``--charlstm`` measures the same on a trained neural network instead (textgenrnn's
 pretrained character LSTM, ``brwsim.CharLSTM``; roots are 40-character windows of the
-prose corpus) and writes ``data/charlstm_iid.nc``: P = 1..1024 (its nodes cost one LSTM
-step each, about 100 times an n-gram node).
+prose corpus) and writes ``data/charlstm_iid.nc``: P = 1..1024, 400 trees, a generation run
+of 6000 tokens (its nodes cost one LSTM step each, far more than an n-gram node; with
+``--quick``: P <= 64, 40 trees, 300 tokens).
 
 Usage::
 
@@ -77,13 +78,16 @@ def measure_ngram(corpus: str, budgets: np.ndarray, trees: int, tokens: int, see
     return measure_text(NGram(corpus, order=5), budgets, trees, tokens, seed)
 
 
-def measure_text(fam, budgets: np.ndarray, trees: int, tokens: int, seed: int):
-    """(MC mean, MC SE, i.i.d. prediction from path moments, generation tau at P = 64, mu, mu2)."""
+def measure_text(fam, budgets: np.ndarray, trees: int, tokens: int, seed: int, paths: int = 2000):
+    """(MC mean, MC SE, i.i.d. prediction from path moments, generation tau at P = 64, mu, mu2).
+
+    The i.i.d. law is measured along ``paths`` sampled paths of 8 steps.
+    """
     from brwsim.generate import path_moments
     from brwsim.theory import prediction
 
     e = simulate(fam, budgets, trees, seed=seed).expected_accepted.values
-    pm = path_moments(fam, 2000, 8, seed=seed)
+    pm = path_moments(fam, paths, 8, seed=seed)
     pred = prediction(pm.iid_family(), budgets)
     gen = generate(fam, None, 64, tokens, seed=seed + 1)
     return (e.mean(1), e.std(1, ddof=1) / np.sqrt(trees), pred, gen.attrs["tokens_per_call"],
@@ -183,10 +187,10 @@ def main() -> None:
 
 def main_charlstm(args) -> None:
     """Monte Carlo vs the i.i.d. prediction on textgenrnn's LSTM; generation at P = 64."""
-    budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 11)])
-    trees, tokens = (100, 1000) if args.quick else (400, 6000)
+    budgets = validate_budgets([2 ** i for i in range(7 if args.quick else 11)])
+    trees, tokens, paths = (40, 300, 300) if args.quick else (400, 6000, 2000)
     fam = CharLSTM()
-    mc, se, pred, tau, mu, mu2 = measure_text(fam, budgets, trees, tokens, 3000)
+    mc, se, pred, tau, mu, mu2 = measure_text(fam, budgets, trees, tokens, 3000, paths)
     var = lambda v, name, units="1": xr.Variable(("budget",), v, {"long_name": name,  # noqa: E731
                                                                    "units": units})
     ds = xr.Dataset(
@@ -201,7 +205,7 @@ def main_charlstm(args) -> None:
          "path_mu2": xr.Variable((), mu2, {"long_name": "mu2 along sampled paths", "units": "nat2"})},
         coords={"budget": ("budget", budgets, {"long_name": "draft budget P", "units": "1"})},
         attrs=provenance_attrs("brwsim: the i.i.d. prediction on a trained neural network",
-                               {"family": repr(fam), "trees": trees, "tokens": tokens}, 3000,
+                               {"family": repr(fam), "trees": trees, "tokens": tokens, "paths": paths}, 3000,
                                "python experiments/iid_breakdown.py --charlstm"
                                + (" --quick" if args.quick else "")))
     out = Path(args.out or DATA / "charlstm_iid.nc")

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from nbformat import NotebookNode
 
-__all__ = ["DPI", "QUICK", "QUICK_MARKER", "REPO", "budget_at_most", "budget_axis", "check_claims",
+__all__ = ["DPI", "PRODUCERS", "QUICK", "QUICK_MARKER", "REPO", "budget_at_most", "budget_axis", "check_claims",
            "check_provenance", "dataset", "execute", "figure", "main", "provenance",
            "regenerate_command", "span", "store"]
 
@@ -50,6 +50,16 @@ DPI: int = 85
 #: How many characters of a failed script's stderr :func:`dataset` reports.
 _STDERR_TAIL = 3000
 
+#: Datasets written by another experiment's script: name -> (script name, its flags).
+PRODUCERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "charlstm_iid": ("iid_breakdown", ("--charlstm",)),
+}
+
+
+def _producer(name: str) -> tuple[str, list[str]]:
+    script, flags = PRODUCERS.get(name, (name, ()))
+    return script, list(flags)
+
 
 def regenerate_command(name: str, quick: bool = False) -> str:
     """The shell command (run from the repository root) that writes ``data/<name>.nc``.
@@ -57,7 +67,8 @@ def regenerate_command(name: str, quick: bool = False) -> str:
     Parameters
     ----------
     name : str
-        Experiment name: ``experiments/<name>.py`` writes ``data/<name>.nc``.
+        Dataset name: ``data/<name>.nc`` is written by ``experiments/<name>.py``, or by the
+        script and flags :data:`PRODUCERS` gives.
     quick : bool, default False
         The small smoke configuration (``--quick``) instead of the full one. The scripts'
         defaults are the full configurations, so the full command takes no flags.
@@ -66,7 +77,8 @@ def regenerate_command(name: str, quick: bool = False) -> str:
     -------
     str
     """
-    return f"python experiments/{name}.py" + (" --quick" if quick else "")
+    script, flags = _producer(name)
+    return " ".join([f"python experiments/{script}.py", *flags] + (["--quick"] if quick else []))
 
 
 def dataset(name: str) -> xr.Dataset:
@@ -75,13 +87,13 @@ def dataset(name: str) -> xr.Dataset:
     Parameters
     ----------
     name : str
-        Experiment name, e.g. ``"tightness"``.
+        Dataset name, e.g. ``"tightness"`` (see :func:`regenerate_command`).
 
     Returns
     -------
     xarray.Dataset
         Full mode: the stored ``data/<name>.nc``. Quick mode (:data:`QUICK`): the output of
-        ``experiments/<name>.py --quick``, run now with this interpreter into a temporary
+        its script (:func:`regenerate_command`) with ``--quick``, run now with this interpreter into a temporary
         folder that is removed afterwards.
 
     Raises
@@ -95,10 +107,11 @@ def dataset(name: str) -> xr.Dataset:
 
     if not QUICK:
         return open_dataset(REPO / "data" / f"{name}.nc")
-    script = REPO / "experiments" / f"{name}.py"
+    script, flags = _producer(name)
     with tempfile.TemporaryDirectory(prefix=f"atlas-{name}-") as tmp:
         out = Path(tmp) / f"{name}.nc"
-        cmd = [sys.executable, str(script), "--quick", "--out", str(out)]
+        cmd = [sys.executable, str(REPO / "experiments" / f"{script}.py"), *flags, "--quick",
+               "--out", str(out)]
         try:
             subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
         except subprocess.CalledProcessError as exc:
