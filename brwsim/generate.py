@@ -24,7 +24,7 @@ from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.families.empirical import Empirical
 from brwsim.io import provenance_attrs
-from brwsim.kernels.dist import CTX_DEPTH, CTX_LSTM, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
+from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
@@ -82,10 +82,6 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
                                ci, cf)
         check_grow_status(calls, cap)
     else:
-
-        if int(spec.cprog[0]) == CTX_LSTM:
-            raise UserError(f"generation runs of {family.name} support only the optimal policy (the "
-                            "policy kernels cannot take a preset root's recurrent state yet)")
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
     x = acc[0, :calls]
     produced = int(x.sum()) + calls
@@ -107,7 +103,11 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
 
 
 def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, cf_out) -> int:
-    """A generation run driven from Python: one policy tree per call, then advance X + 1."""
+    """A generation run driven from Python: one policy tree per call, then advance X + 1.
+
+    Each call's root carries its head row along (where ``charlstm`` keeps its recurrent
+    state), as :func:`brwsim.kernels.walk.generation_run` does for the optimal tree.
+    """
 
     lf = np.empty((2, LEVEL_F))
     li = np.empty((2, LEVEL_I), np.int64)
@@ -116,12 +116,15 @@ def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, 
     node, ci, cf = advance(*args, np.uint64(root_key(key, np.uint64(run))), ROOT_DRAW, 0, 0.0, 0,
                            lf, li, head)              # the first root and its drawn context
     produced = calls = 0
+    row = head[0].copy()                              # the root's head row
     while produced < tokens and calls < acc.shape[1]:
-        a, e, d = policy.run_roots(spec, budgets, Roots.preset(node, ci, cf))
+        a, e, d = policy.run_roots(spec, budgets, Roots.preset(node, ci, cf, row))
         acc[0, calls], exp[0, calls], dep[0, calls] = a[-1, 0], e[-1, 0], d[-1, 0]
         ci_out[calls], cf_out[calls] = ci, cf
         x = int(a[-1, 0])
+        head[0, :] = row
         node, ci, cf = advance(*args, np.uint64(node), ROOT_PRESET, ci, cf, x + 1, lf, li, head)
+        row = head[(x + 1) % 2].copy()                # advance alternates rows
         if int(spec.cprog[0]) == CTX_DEPTH:
             ci = 0                           # depth counts from the new root
         produced += x + 1

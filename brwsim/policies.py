@@ -83,13 +83,16 @@ class Roots(NamedTuple):
     """Roots of trees: keys, and how their context is set (see ``brwsim.kernels.dist``).
 
     ``mode`` is ROOT_DRAW (each root's context drawn from the stationary law; ``ci``/``cf``
-    ignored) or ROOT_PRESET (context ``ci[i]``, latent ``cf[i]``: generation runs).
+    ignored) or ROOT_PRESET (context ``ci[i]``, latent ``cf[i]``: generation runs). ``head``
+    holds one preset head row per root where the family keeps a recurrent state there
+    (``charlstm``), or no rows.
     """
 
     keys: np.ndarray
     mode: int
     ci: np.ndarray
     cf: np.ndarray
+    head: np.ndarray = np.empty((0, 1))
 
     @classmethod
     def stationary(cls, key: np.uint64, first: int, count: int) -> "Roots":
@@ -100,10 +103,14 @@ class Roots(NamedTuple):
         return cls(keys, ROOT_DRAW, np.zeros(count, np.int64), np.zeros(count))
 
     @classmethod
-    def preset(cls, key: int, ci: int, cf: float) -> "Roots":
-        """One root with a given context (the next call of a generation run)."""
+    def preset(cls, key: int, ci: int, cf: float, head: np.ndarray | None = None) -> "Roots":
+        """One root with a given context (the next call of a generation run).
+
+        ``head``: the root's head row, where the family carries a recurrent state.
+        """
+        rows = np.empty((0, 1)) if head is None else np.ascontiguousarray(head, np.float64)[None, :]
         return cls(np.array([key], np.uint64), ROOT_PRESET, np.array([ci], np.int64),
-                   np.array([cf], np.float64))
+                   np.array([cf], np.float64), rows)
 
 
 def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,6 +161,8 @@ class Optimal(Policy):
         ws = new_workspace(budgets[-1], spec.head_cap)
         t = start_threshold(budgets[-1])
         for i in range(roots.keys.size):
+            if i < roots.head.shape[0]:          # a preset root's recurrent state
+                ws[11][0, :roots.head.shape[1]] = roots.head[i]
             v, t, ws = grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
                                  spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
                                  roots.cf[i], budgets, self.depth_cap, t, ws, acc, exp, dep, i)
@@ -236,8 +245,9 @@ class _StaticPolicy(Policy):
             raise UserError(f"{self!r}: a tree of depth {levels - 1} is too deep for this "
                             "family's buffers; use a smaller budget")
         _k.static_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                        spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, sh.depth, sh.rank, sh.leaf,
-                        sh.order, np.minimum(budgets, sh.size), acc, exp, dep)
+                        spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, roots.head,
+                        sh.depth, sh.rank, sh.leaf, sh.order, np.minimum(budgets, sh.size), acc,
+                        exp, dep)
         return acc, exp, dep
 
 
@@ -520,9 +530,9 @@ class Dynamic(Policy):
         b = budgets if self.total is None else np.minimum(budgets, self.total)
         acc, exp, dep = _outputs(budgets.size, roots.keys.size)
         _k.dynamic_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                         spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, self.depth,
-                         self.topk,
-                         np.ascontiguousarray(b, dtype=np.int64), acc, exp, dep)
+                         spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, roots.head,
+                         self.depth, self.topk, np.ascontiguousarray(b, dtype=np.int64), acc,
+                         exp, dep)
         return acc, exp, dep
 
 
@@ -576,8 +586,7 @@ class Noisy(Policy):
         t_start = start_threshold(budgets[-1])
         visited, _ = _k.noisy_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
                                     spec.cprog, spec.head_cap, roots.keys, roots.mode, roots.ci,
-                                    roots.cf,
-                                    self.sigma, self.gamma, 1.0 / self.T, _k.HEAD_K, budgets,
+                                    roots.cf, roots.head, self.sigma, self.gamma, 1.0 / self.T, _k.HEAD_K, budgets,
                                     t_start,
                                     acc, exp, dep)
         if visited < 0:

@@ -73,6 +73,17 @@ def _init_node(kinds, cw, fpar, ipar, data, cprog, key, row, lf, li, head, prow,
 
 
 @kernel
+def _preset_row(rhead, col, head):
+    """Copy root ``col``'s preset head row into level 0 (a generation run's recurrent state).
+
+    ``rhead`` has one row per root, or none (no family state to carry).
+    """
+    if col < rhead.shape[0]:
+        for j in range(min(rhead.shape[1], head.shape[1])):
+            head[0, j] = rhead[col, j]
+
+
+@kernel
 def _next_logq(fpar, ipar, data, key, row, lf, li, head):
     """True log-probability of the next rank of level ``row`` (-inf once exhausted)."""
     return dist_next(fpar, ipar, data, key, row, lf, li, head)
@@ -136,12 +147,13 @@ def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sdep
 
 
 @njit_cached
-def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf,
+def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, rhead,
                  sdep, srank, sleaf, sorder, budgets, acc_out, exp_out, dep_out):
     """A static shape below each root ``rkeys[i]``, scored into column i of the outputs.
 
     Roots: ``rmode`` ROOT_DRAW (context from the stationary law) or ROOT_PRESET (context
-    ``rci[i]``, ``rcf[i]``), as for every policy kernel here.
+    ``rci[i]``, ``rcf[i]`` and, if ``rhead`` has rows, head row ``rhead[i]``: a family's
+    recurrent state), as for every policy kernel here.
 
     ``sdep``, ``srank``, ``sleaf`` describe the shape in pre-order (children in rank
     order); ``sorder[j]`` is the pre-order index of the node of priority j; ``budgets``
@@ -158,6 +170,7 @@ def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci
     dep = np.empty(n, np.int32)
     onpath = np.empty(n, np.int8)
     for col in range(rkeys.shape[0]):
+        _preset_row(rhead, col, head)
         _static_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col], rcf[col],
                      sdep, srank, sleaf, pos, dep, onpath, keys, s_lev, on_lev, u_lev, c_lev,
                      r_lev, p_lev, lf, li, head)
@@ -239,8 +252,8 @@ def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, dep
 
 
 @njit_cached
-def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, depth,
-                  topk, budgets, acc_out, exp_out, dep_out):
+def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, rhead,
+                  depth, topk, budgets, acc_out, exp_out, dep_out):
     """EAGLE-2/3 trees below the roots ``rkeys`` (see :func:`static_chunk`), scored.
 
     The tree of budget P is the first P candidates by (path value, depth, generation
@@ -261,6 +274,7 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
     head = np.empty((n_rows, max(head_cap, 1)))
     bc = np.empty_like(budgets)
     for col in range(rkeys.shape[0]):
+        _preset_row(rhead, col, head)
         n = _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col],
                           rcf[col], depth, topk, pos, dep, onpath, ckey, crank, crow, lay, lf, li, head)
         for b in range(budgets.shape[0]):
@@ -445,8 +459,8 @@ def _noisy_levels(n_levels, head_cap, kh):
 
 
 @njit_cached
-def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, sigma, gamma,
-                beta, kh, budgets, t_start, acc_out, exp_out, dep_out):
+def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, rhead, sigma,
+                gamma, beta, kh, budgets, t_start, acc_out, exp_out, dep_out):
     """Best-first trees by the drafter's estimate below the roots ``rkeys`` (see static_chunk).
 
     The noise of a node at depth d (>= 1, below its call's root) has scale
@@ -475,6 +489,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
         t_lo = -np.inf
         t_hi = np.inf
         while True:
+            _preset_row(rhead, col, head)
             n = _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci[col], rcf[col],
                                sigma, gamma, beta, exact, kh,
                                t, cap, p_max, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from importlib.resources import files
 
 import h5py
@@ -236,8 +237,43 @@ def test_generation_run_carries_the_state(fam):
             lq = node_logprobs(spec, 4, 2, prefix, k=fam.vocab_size)
             u = path_uniform(4, 2, prefix)
             prefix += (int(np.searchsorted(np.cumsum(np.exp(lq)), u)),)
-    with pytest.raises(UserError, match="only the optimal policy"):
-        generate(fam, "kary(k=2)", 16, 40)
+
+
+def _sampled_step(spec, prefix, fam):
+    lq = node_logprobs(spec, 4, 2, prefix, k=fam.vocab_size)
+    return int(np.searchsorted(np.cumsum(np.exp(lq)), path_uniform(4, 2, prefix)))
+
+
+def test_policy_generation_runs_carry_the_state(fam):
+    """A chain's calls, recomputed at the nodes the run reached; every policy kernel agrees.
+
+    ``dynamic(depth=8, topk=1)`` is the same chain through the dynamic kernel, and
+    ``noisy(sigma=0)`` is the optimal tree through the noisy kernel (bit for bit).
+    """
+    spec = fam.spec()
+    g = generate(fam, "chain()", 8, 40, seed=4, run=2)
+    prefix: tuple[int, ...] = ()
+    for c in range(4):
+        e, mass = 0.0, 1.0
+        for j in range(8):
+            mass *= math.exp(node_logprobs(spec, 4, 2, prefix + (0,) * j, k=fam.vocab_size)[0])
+            e += mass
+        x = 0
+        while x < 8 and _sampled_step(spec, prefix + (0,) * x, fam) == 0:
+            x += 1
+        assert g.expected_accepted.values[c] == pytest.approx(e, abs=1e-12)
+        assert g.accepted.values[c] == x
+        for _ in range(x + 1):              # advance along the target's sampled path
+            prefix += (_sampled_step(spec, prefix, fam),)
+    same = generate(fam, "dynamic(depth=8, topk=1)", 8, 40, seed=4, run=2)
+    np.testing.assert_array_equal(same.accepted.values, g.accepted.values)
+    np.testing.assert_allclose(same.expected_accepted.values, g.expected_accepted.values,
+                               rtol=0, atol=1e-12)
+    opt = generate(fam, None, 16, 60, seed=4, run=2)
+    noisy = generate(fam, "noisy(sigma=0)", 16, 60, seed=4, run=2)
+    np.testing.assert_array_equal(noisy.accepted.values, opt.accepted.values)
+    np.testing.assert_allclose(noisy.expected_accepted.values, opt.expected_accepted.values,
+                               rtol=0, atol=1e-12)
 
 
 def test_string_form_and_moments(fam):
