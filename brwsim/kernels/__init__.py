@@ -6,6 +6,11 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
   runtime they carry no reference counting, which otherwise costs two atomic operations
   per array argument and call (measured: 200 -> 36 ns per tree node on Uniform(3)).
 * :data:`njit_cached` compiles functions that allocate (workspaces, drivers).
+* :data:`dense_kernel` is :data:`kernel` for dense float arithmetic (the LSTM's products
+  and gates): ``a * b + c`` may fuse into one FMA (``fastmath={"contract"}``, no other
+  fast-math licence) and float division follows numpy's error model (no zero-divisor
+  check), so that LLVM vectorises the loops; results may differ from :data:`kernel`'s in
+  the last bits.
 
 Both cache compiled code in a folder keyed by a hash of brwsim's sources. numba's own
 cache only notices changes to a function's file, so a caller in another module would keep
@@ -49,3 +54,4 @@ def _jit(**options):
 
 kernel = _jit(_nrt=False)
 njit_cached = _jit()
+dense_kernel = _jit(_nrt=False, fastmath={"contract"}, error_model="numpy")

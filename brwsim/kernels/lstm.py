@@ -52,14 +52,76 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
-from brwsim.kernels import kernel, njit_cached
+from brwsim.kernels import dense_kernel, kernel, njit_cached
 
 HDR = 14            # block header entries
 EPS = 1e-7          # Keras' backend epsilon in the attention denominator
 BATCH = 8           # children whose states are computed together
 HIST = 64           # the row's last classes (window <= HIST - 1) and, last, g
 _MARGIN = 1e-9      # relative margin of the cut-off: never drop a rank the caller would use
+
+# exp(x) = 2**k exp(r), k = round(x / ln 2), |r| <= ln(2) / 2 (Cody-Waite), exp(r) by its
+# Taylor polynomial of degree 12 (truncation below 2e-16 relative): branch-free, so that
+# LLVM vectorises the loops that call it (numba has no vector libm here).
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01    # ln 2 to 32 bits: k ln2_hi is exact
+_LN2_LO = 1.90821492927058770002e-10
+_SHIFT = 6755399441055744.0             # 1.5 * 2**52: x / ln2 + _SHIFT rounds to an integer
+_SHIFT_BITS = 0x4338000000000000        # its bits; bits(x / ln2 + _SHIFT) - _SHIFT_BITS = k
+_EXP_MAX = 708.0                        # |x| clamped: 2**k stays a normal number
+_T2, _T3, _T4, _T5, _T6, _T7 = (1.0 / math.factorial(i) for i in range(2, 8))
+_T8, _T9, _T10, _T11, _T12 = (1.0 / math.factorial(i) for i in range(8, 13))
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The IEEE bits of a float64 as an int64 (a bit cast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, i):
+    """The float64 whose IEEE bits are the int64 ``i`` (a bit cast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@dense_kernel
+def _exp(x):
+    """exp(x) within 4e-16 relative for |x| <= 708 (x clamped there), branch-free."""
+    x = min(_EXP_MAX, x)
+    x = max(-_EXP_MAX, x)
+    t = x * _LOG2E + _SHIFT
+    kf = t - _SHIFT
+    r = x - kf * _LN2_HI
+    r = r - kf * _LN2_LO
+    p = _T12
+    p = p * r + _T11
+    p = p * r + _T10
+    p = p * r + _T9
+    p = p * r + _T8
+    p = p * r + _T7
+    p = p * r + _T6
+    p = p * r + _T5
+    p = p * r + _T4
+    p = p * r + _T3
+    p = p * r + _T2
+    p = p * r + 1.0
+    p = p * r + 1.0
+    return p * _from_bits((_bits(t) - _SHIFT_BITS + 1023) << 52)
+
+
+@dense_kernel
+def _tanh(x):
+    """tanh(x) = 1 - 2 / (1 + exp(2x)), within 1e-16 absolute."""
+    return 1.0 - 2.0 / (1.0 + _exp(2.0 * x))
 
 
 @kernel
@@ -68,11 +130,36 @@ def _state_width(nc, u):
 
 
 @kernel
+def _zrow(u):
+    """Stride of the pre-activation scratch rows: 4u padded by 8, off multiples of 4 KiB."""
+    return 4 * u + 8
+
+
+@kernel
+def _layout(nc, u):
+    """Offsets in a head row (see the module docstring).
+
+    (s, sw, f, cb, bw, z0, zr, x0, l0): the state and its width, the products flag (the
+    products follow it, then r0, nb, the batch size and the row's cut-off), the batch
+    area and its slot width, the pre-activation scratch and its row stride, the scratch
+    of the output layer's (and the products') inputs, the scratch of the listing (2C).
+    """
+    s = 2 * (nc - 1)
+    sw = _state_width(nc, u)
+    f = s + sw
+    cb = f + 5 + 8 * u
+    bw = sw + 1 + 8 * u
+    z0 = cb + BATCH * bw
+    zr = _zrow(u)
+    x0 = z0 + BATCH * zr
+    return s, sw, f, cb, bw, z0, zr, x0, x0 + BATCH * 2 * u
+
+
+@kernel
 def head_width(n_classes, emb, units):
     """Entries of one level's head row (see the module docstring)."""
-    sw = _state_width(n_classes, units)
-    return (2 * (n_classes - 1) + sw + 1 + 8 * units + 3 + BATCH * sw
-            + BATCH * max(4 * units, n_classes) + HIST)
+    l0 = _layout(n_classes, units)[8]
+    return l0 + 2 * n_classes + HIST
 
 
 @kernel
@@ -82,55 +169,186 @@ def _w32(data, o, k, n):
     return a, a + (n + 1) // 2
 
 
-@kernel
-def _axpy(a, w, b, n, out):
-    """out[j] += a w[b + j] for j < n (1-d views: a separate kernel so that it vectorises)."""
-    for j in range(n):
-        out[j] += a * w[b + j]
+@dense_kernel
+def _mm(x, xs, xst, m, k, w, n, out, os, ost):
+    """out[os + r ost + j] += sum_i x[xs + r xst + i] w[i n + j] for r < m, i < k, j < n.
 
-
-@kernel
-def _cell(z, g, c, h, u, add=True):
-    """LSTM cell update from the pre-activations z (+ g if ``add``; gate order i, f, c, o).
-
-    In place on c and h.
+    The dense product of ``m`` input rows (float64, stride ``xst``) and the row-major
+    k x n float32 matrix ``w`` (widened exactly to float64; every sum in float64), added to
+    ``m`` output rows (stride ``ost``; ``x`` and ``out`` may be the same array, the input
+    rows must not overlap the output rows). Register-blocked: up to 4 rows at a time and
+    4 inputs per pass over the outputs, so each weight is loaded once per block of rows and
+    each output once per 4 inputs; the inner loop over j vectorises. Rows in blocks of
+    4, then one block of the remaining 3, 2 or 1.
     """
+    r = 0
+    k4 = k - k % 4
+    while r + 4 <= m:
+        a = os + r * ost
+        o0 = out[a:a + n]
+        o1 = out[a + ost:a + ost + n]
+        o2 = out[a + 2 * ost:a + 2 * ost + n]
+        o3 = out[a + 3 * ost:a + 3 * ost + n]
+        b0 = xs + r * xst
+        b1 = b0 + xst
+        b2 = b1 + xst
+        b3 = b2 + xst
+        for i in range(0, k4, 4):
+            q = i * n
+            w0 = w[q:q + n]
+            w1 = w[q + n:q + 2 * n]
+            w2 = w[q + 2 * n:q + 3 * n]
+            w3 = w[q + 3 * n:q + 4 * n]
+            a00, a01, a02, a03 = x[b0 + i], x[b0 + i + 1], x[b0 + i + 2], x[b0 + i + 3]
+            a10, a11, a12, a13 = x[b1 + i], x[b1 + i + 1], x[b1 + i + 2], x[b1 + i + 3]
+            a20, a21, a22, a23 = x[b2 + i], x[b2 + i + 1], x[b2 + i + 2], x[b2 + i + 3]
+            a30, a31, a32, a33 = x[b3 + i], x[b3 + i + 1], x[b3 + i + 2], x[b3 + i + 3]
+            for j in range(n):
+                y0 = np.float64(w0[j])
+                y1 = np.float64(w1[j])
+                y2 = np.float64(w2[j])
+                y3 = np.float64(w3[j])
+                o0[j] += a00 * y0 + a01 * y1 + a02 * y2 + a03 * y3
+                o1[j] += a10 * y0 + a11 * y1 + a12 * y2 + a13 * y3
+                o2[j] += a20 * y0 + a21 * y1 + a22 * y2 + a23 * y3
+                o3[j] += a30 * y0 + a31 * y1 + a32 * y2 + a33 * y3
+        for i in range(k4, k):
+            w0 = w[i * n:(i + 1) * n]
+            a00, a10, a20, a30 = x[b0 + i], x[b1 + i], x[b2 + i], x[b3 + i]
+            for j in range(n):
+                y0 = np.float64(w0[j])
+                o0[j] += a00 * y0
+                o1[j] += a10 * y0
+                o2[j] += a20 * y0
+                o3[j] += a30 * y0
+        r += 4
+    if m - r == 3:
+        a = os + r * ost
+        o0 = out[a:a + n]
+        o1 = out[a + ost:a + ost + n]
+        o2 = out[a + 2 * ost:a + 2 * ost + n]
+        b0 = xs + r * xst
+        b1 = b0 + xst
+        b2 = b1 + xst
+        for i in range(0, k4, 4):
+            q = i * n
+            w0 = w[q:q + n]
+            w1 = w[q + n:q + 2 * n]
+            w2 = w[q + 2 * n:q + 3 * n]
+            w3 = w[q + 3 * n:q + 4 * n]
+            a00, a01, a02, a03 = x[b0 + i], x[b0 + i + 1], x[b0 + i + 2], x[b0 + i + 3]
+            a10, a11, a12, a13 = x[b1 + i], x[b1 + i + 1], x[b1 + i + 2], x[b1 + i + 3]
+            a20, a21, a22, a23 = x[b2 + i], x[b2 + i + 1], x[b2 + i + 2], x[b2 + i + 3]
+            for j in range(n):
+                y0 = np.float64(w0[j])
+                y1 = np.float64(w1[j])
+                y2 = np.float64(w2[j])
+                y3 = np.float64(w3[j])
+                o0[j] += a00 * y0 + a01 * y1 + a02 * y2 + a03 * y3
+                o1[j] += a10 * y0 + a11 * y1 + a12 * y2 + a13 * y3
+                o2[j] += a20 * y0 + a21 * y1 + a22 * y2 + a23 * y3
+        for i in range(k4, k):
+            w0 = w[i * n:(i + 1) * n]
+            a00, a10, a20 = x[b0 + i], x[b1 + i], x[b2 + i]
+            for j in range(n):
+                y0 = np.float64(w0[j])
+                o0[j] += a00 * y0
+                o1[j] += a10 * y0
+                o2[j] += a20 * y0
+        r += 3
+    if r + 2 <= m:
+        a = os + r * ost
+        o0 = out[a:a + n]
+        o1 = out[a + ost:a + ost + n]
+        b0 = xs + r * xst
+        b1 = b0 + xst
+        for i in range(0, k4, 4):
+            q = i * n
+            w0 = w[q:q + n]
+            w1 = w[q + n:q + 2 * n]
+            w2 = w[q + 2 * n:q + 3 * n]
+            w3 = w[q + 3 * n:q + 4 * n]
+            a00, a01, a02, a03 = x[b0 + i], x[b0 + i + 1], x[b0 + i + 2], x[b0 + i + 3]
+            a10, a11, a12, a13 = x[b1 + i], x[b1 + i + 1], x[b1 + i + 2], x[b1 + i + 3]
+            for j in range(n):
+                y0 = np.float64(w0[j])
+                y1 = np.float64(w1[j])
+                y2 = np.float64(w2[j])
+                y3 = np.float64(w3[j])
+                o0[j] += a00 * y0 + a01 * y1 + a02 * y2 + a03 * y3
+                o1[j] += a10 * y0 + a11 * y1 + a12 * y2 + a13 * y3
+        for i in range(k4, k):
+            w0 = w[i * n:(i + 1) * n]
+            a00, a10 = x[b0 + i], x[b1 + i]
+            for j in range(n):
+                y0 = np.float64(w0[j])
+                o0[j] += a00 * y0
+                o1[j] += a10 * y0
+        r += 2
+    if r < m:
+        a = os + r * ost
+        o0 = out[a:a + n]
+        b0 = xs + r * xst
+        for i in range(0, k4, 4):
+            q = i * n
+            w0 = w[q:q + n]
+            w1 = w[q + n:q + 2 * n]
+            w2 = w[q + 2 * n:q + 3 * n]
+            w3 = w[q + 3 * n:q + 4 * n]
+            a00, a01, a02, a03 = x[b0 + i], x[b0 + i + 1], x[b0 + i + 2], x[b0 + i + 3]
+            for j in range(n):
+                o0[j] += (a00 * np.float64(w0[j]) + a01 * np.float64(w1[j])
+                          + a02 * np.float64(w2[j]) + a03 * np.float64(w3[j]))
+        for i in range(k4, k):
+            w0 = w[i * n:(i + 1) * n]
+            a00 = x[b0 + i]
+            for j in range(n):
+                o0[j] += a00 * np.float64(w0[j])
+
+
+@dense_kernel
+def _cell(z, c, h, u):
+    """LSTM cell update from the pre-activations ``z`` (4u; gate order i, f, c, o).
+
+    In place on c and h (u each); z is overwritten by the gates.
+    """
+    for j in range(2 * u):
+        z[j] = 1.0 / (1.0 + _exp(-z[j]))
+    for j in range(2 * u, 3 * u):
+        z[j] = _tanh(z[j])
+    for j in range(3 * u, 4 * u):
+        z[j] = 1.0 / (1.0 + _exp(-z[j]))
     for j in range(u):
-        zi, zf, zc, zo = z[j], z[u + j], z[2 * u + j], z[3 * u + j]
-        if add:
-            zi += g[j]
-            zf += g[u + j]
-            zc += g[2 * u + j]
-            zo += g[3 * u + j]
-        ig = 1.0 / (1.0 + math.exp(-zi))
-        fg = 1.0 / (1.0 + math.exp(-zf))
-        cc = math.tanh(zc)
-        og = 1.0 / (1.0 + math.exp(-zo))
-        cn = fg * c[j] + ig * cc
+        cn = z[u + j] * c[j] + z[j] * z[2 * u + j]
         c[j] = cn
-        h[j] = og * math.tanh(cn)
+        h[j] = z[3 * u + j] * _tanh(cn)
 
 
 @kernel
-def _zero_state(data, o, row, head):
-    """The zero initial state: h, c = 0, no attention mass."""
-    nc = int(data[o])
-    u = int(data[o + 2])
-    s = 2 * (nc - 1)
-    w = _state_width(nc, u)
-    for j in range(s, s + w - 2):
-        head[row, j] = 0.0
-    head[row, s + w - 2] = -np.inf
-    head[row, s + w - 1] = 0.0
-    _fresh(data, o, row, head)
+def _dot(a, b, n):
+    """sum_j a[j] b[j] over j < n (four partial sums)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 += a[j] * b[j]
+        s1 += a[j + 1] * b[j + 1]
+        s2 += a[j + 2] * b[j + 2]
+        s3 += a[j + 3] * b[j + 3]
+        j += 4
+    while j < n:
+        s0 += a[j] * b[j]
+        j += 1
+    return (s0 + s1) + (s2 + s3)
 
 
 @kernel
 def _fresh(data, o, row, head):
     """Mark the row's products and child batch as not computed (its state just changed)."""
-    nc = int(data[o])
+    _s, _sw, f, _cb, _bw, _z0, _zr, _x0, _l0 = _layout(int(data[o]), int(data[o + 2]))
     u = int(data[o + 2])
-    f = 2 * (nc - 1) + _state_width(nc, u)
     head[row, f] = 0.0
     head[row, f + 1 + 8 * u] = 0.0
     head[row, f + 2 + 8 * u] = 0.0
@@ -138,121 +356,281 @@ def _fresh(data, o, row, head):
 
 @kernel
 def _products(data, o, row, head):
-    """h1 R1 and h2 R2 of the state in ``head[row]`` (once per state)."""
-    nc = int(data[o])
+    """h1 R1 and h2 R2 + b2 of the state in ``head[row]`` (once per state)."""
     u = int(data[o + 2])
     u4 = 4 * u
-    s = 2 * (nc - 1)
-    f = s + _state_width(nc, u)
+    s, _sw, f, _cb, _bw, _z0, _zr, _x0, _l0 = _layout(int(data[o]), u)
     if head[row, f] == 1.0:
         return
-    pr = head[row, f + 1:f + 1 + 2 * u4]
-    for j in range(2 * u4):
-        pr[j] = 0.0
+    hr = head[row]
+    p = f + 1
+    b2 = o + int(data[o + 9])
+    for j in range(u4):
+        hr[p + j] = 0.0
+        hr[p + u4 + j] = data[b2 + j]
     a, b = _w32(data, o, 6, u * u4)
-    r1 = data[a:b].view(np.float32)
+    _mm(hr, s, 0, 1, u, data[a:b].view(np.float32), u4, hr, p, 0)
     a, b = _w32(data, o, 8, u * u4)
-    r2 = data[a:b].view(np.float32)
-    p1 = pr[:u4]
-    p2 = pr[u4:]
-    for i in range(u):
-        _axpy(head[row, s + i], r1, i * u4, u4, p1)
-    for i in range(u):
-        _axpy(head[row, s + 2 * u + i], r2, i * u4, u4, p2)
-    head[row, f] = 1.0
+    _mm(hr, s + u, 0, 1, u, data[a:b].view(np.float32), u4, hr, p + u4, 0)
+    hr[f] = 1.0
+
+
+@dense_kernel
+def _lse(data, o, beta, hr, g0, zz, ex):
+    """(max_c z_c, log sum_c exp(beta z_c)) over the characters c >= 1 of the state whose G
+    starts at ``hr[g0]`` (z_c = G_c / (D + eps) + bo_c, into ``zz``; ``ex`` is scratch)."""
+    nc = int(data[o])
+    v = nc - 1
+    inv = 1.0 / (hr[g0 + nc + 1] + EPS)
+    bo = o + int(data[o + 13])
+    g = hr[g0 + 1:g0 + nc]
+    b = data[bo + 1:bo + nc]
+    for c in range(v):
+        zz[c] = g[c] * inv + b[c]
+    m0 = zz[0]
+    m1 = m0
+    m2 = m0
+    m3 = m0
+    c = 0
+    while c + 4 <= v:
+        m0 = max(m0, zz[c])
+        m1 = max(m1, zz[c + 1])
+        m2 = max(m2, zz[c + 2])
+        m3 = max(m3, zz[c + 3])
+        c += 4
+    while c < v:
+        m0 = max(m0, zz[c])
+        c += 1
+    zmax = max(max(m0, m1), max(m2, m3))
+    for c in range(v):
+        ex[c] = _exp(beta * (zz[c] - zmax))
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    c = 0
+    while c + 4 <= v:
+        t0 += ex[c]
+        t1 += ex[c + 1]
+        t2 += ex[c + 2]
+        t3 += ex[c + 3]
+        c += 4
+    while c < v:
+        t0 += ex[c]
+        c += 1
+    return zmax, beta * zmax + math.log((t0 + t1) + (t2 + t3))
 
 
 @kernel
-def _batch(data, o, pd, head, r0, nb, cls0):
+def _batch(data, o, beta, pd, head, r0, nb):
     """States of the children of ranks r0 .. r0 + nb - 1 of the state in ``head[pd]``.
 
-    Into the row's batch area; their classes are the row's listed ones, or ``cls0`` for a
-    single child (``cls0 >= 0``: the steps of a root window).
+    Into the row's batch area: layer 1 from the parent's h1 R1 and the class's row, then
+    the nb children's h1 K2 in one dense product, layer 2, the attention update and the
+    nb children's (h1, h2) Wo in one dense product. In a tree pass (the row has a finite
+    cut-off) the children whose top rank passes their own cut-off will be expanded: if
+    there are two or more, their h1 R1 and h2 R2 + b2 are computed here too, in one
+    dense product each.
     """
     nc = int(data[o])
     u = int(data[o + 2])
     u4 = 4 * u
     v = nc - 1
-    s = 2 * v
-    sw = _state_width(nc, u)
-    f = s + sw
+    s, sw, f, cb, bw, z0, zr, x0, l0 = _layout(nc, u)
     _products(data, o, pd, head)
-    pr = head[pd, f + 1:f + 1 + 2 * u4]
-    cb = f + 4 + 8 * u
-    z0 = cb + BATCH * sw
-    zw = max(u4, nc)
+    hr = head[pd]
+    p = f + 1
     ek = o + int(data[o + 3])
-    b2 = o + int(data[o + 9])
     for k in range(nb):                 # layer 1: the parent's h1 R1 plus the class's row
-        cls = cls0 if cls0 >= 0 else int(head[pd, v + r0 + k])
-        st = cb + k * sw
-        for j in range(sw):
-            head[pd, st + j] = head[pd, s + j]
-        e = ek + cls * u4
-        _cell(data[e:e + u4], pr, head[pd, st + u:st + 2 * u], head[pd, st:st + u], u)
-        z = head[pd, z0 + k * zw:z0 + k * zw + u4]
+        e = ek + int(hr[v + r0 + k]) * u4
+        st = cb + k * bw
+        z = hr[z0 + k * zr:z0 + k * zr + u4]
         for j in range(u4):
-            z[j] = data[b2 + j] + pr[u4 + j]
+            z[j] = data[e + j] + hr[p + j]
+        for j in range(u):
+            hr[st + 2 * u + j] = hr[s + 2 * u + j]
+        _cell(z, hr[st + 2 * u:st + 3 * u], hr[st:st + u], u)
+    for k in range(nb):                 # layer 2: parent's h2 R2 + b2, plus h1 K2 of each child
+        for j in range(u4):
+            hr[z0 + k * zr + j] = hr[p + u4 + j]
     a, b = _w32(data, o, 7, u * u4)
-    k2 = data[a:b].view(np.float32)
-    for i in range(u):                  # layer 2: h1 K2 of every child, K2 read once
-        for k in range(nb):
-            _axpy(head[pd, cb + k * sw + i], k2, i * u4, u4, head[pd, z0 + k * zw:z0 + k * zw + u4])
+    _mm(hr, cb, bw, nb, u, data[a:b].view(np.float32), u4, hr, z0, zr)
+    for k in range(nb):
+        st = cb + k * bw
+        for j in range(u):
+            hr[st + 3 * u + j] = hr[s + 3 * u + j]
+        _cell(hr[z0 + k * zr:z0 + k * zr + u4], hr[st + 3 * u:st + 4 * u],
+              hr[st + u:st + 2 * u], u)
     wa1 = o + int(data[o + 10])
     wa2 = o + int(data[o + 11])
     ea = o + int(data[o + 4])
     ew = o + int(data[o + 5])
-    for k in range(nb):
-        st = cb + k * sw
-        z = head[pd, z0 + k * zw:z0 + k * zw + u4]
-        _cell(z, pr[u4:], head[pd, st + 3 * u:st + 4 * u], head[pd, st + 2 * u:st + 3 * u], u,
-              False)
-    a, b = _w32(data, o, 12, 2 * u * nc)
-    wo = data[a:b].view(np.float32)
-    for k in range(nb):                 # this step's output contribution: the embedding's row
-        cls = cls0 if cls0 >= 0 else int(head[pd, v + r0 + k])
-        y = head[pd, z0 + k * zw:z0 + k * zw + nc]
-        for j in range(nc):
-            y[j] = data[ew + cls * nc + j]
-    for i in range(2 * u):              # ... plus h1 and h2 times their rows, Wo read once
-        hi = i if i < u else u + i      # h1 at [0, u), h2 at [2u, 3u) of a state
-        for k in range(nb):
-            _axpy(head[pd, cb + k * sw + hi], wo, i * nc, nc, head[pd, z0 + k * zw:z0 + k * zw + nc])
+    m = hr[s + u4 + nc]
+    dd = hr[s + u4 + nc + 1]
     for k in range(nb):                 # attention: G, D rescaled to the new maximum
-        cls = cls0 if cls0 >= 0 else int(head[pd, v + r0 + k])
-        st = cb + k * sw
-        lg = data[ea + cls]
-        for j in range(u):
-            lg += head[pd, st + j] * data[wa1 + j] + head[pd, st + 2 * u + j] * data[wa2 + j]
-        gg = head[pd, st + 4 * u:st + 4 * u + nc]
-        im = st + 4 * u + nc
-        m = head[pd, im]
+        cls = int(hr[v + r0 + k])
+        st = cb + k * bw
+        lg = (data[ea + cls] + _dot(hr[st:st + u], data[wa1:wa1 + u], u)
+              + _dot(hr[st + u:st + 2 * u], data[wa2:wa2 + u], u))
         if lg > m:
             sc = math.exp(m - lg) if m > -np.inf else 0.0
-            for j in range(nc):
-                gg[j] *= sc
-            head[pd, im + 1] *= sc
-            head[pd, im] = lg
-            m = lg
-        at = math.exp(lg - m)
-        y = head[pd, z0 + k * zw:z0 + k * zw + nc]
-        for j in range(nc):
-            gg[j] += at * y[j]
-        head[pd, im + 1] += at
-    head[pd, f + 1 + 8 * u] = r0
-    head[pd, f + 2 + 8 * u] = nb
+            at = 1.0
+            hr[st + u4 + nc] = lg
+        else:
+            sc = 1.0
+            at = math.exp(lg - m)
+            hr[st + u4 + nc] = m
+        hr[st + u4 + nc + 1] = dd * sc + at
+        g = hr[st + u4:st + u4 + nc]
+        gp = hr[s + u4:s + u4 + nc]
+        y = data[ew + cls * nc:ew + (cls + 1) * nc]
+        for j in range(nc):             # G: the parent's, plus the embedding's output row
+            g[j] = sc * gp[j] + at * y[j]
+        xk = hr[x0 + k * 2 * u:x0 + (k + 1) * 2 * u]
+        for j in range(2 * u):
+            xk[j] = at * hr[st + j]
+        hr[st + sw] = 0.0               # the child's products: not computed
+    # ... plus a (h1, h2) Wo of every child
+    a, b = _w32(data, o, 12, 2 * u * nc)
+    _mm(hr, x0, 2 * u, nb, 2 * u, data[a:b].view(np.float32), nc, hr, cb + u4, bw)
+    hr[f + 1 + 8 * u] = r0
+    hr[f + 2 + 8 * u] = nb
+    cut = hr[f + 4 + 8 * u]
+    if nb < 2 or not cut > -np.inf:
+        return
+    ni = 0                              # the children that will be expanded
+    for k in range(nb):
+        st = cb + k * bw
+        zmax, lz = _lse(data, o, beta, hr, st + u4, hr[l0:l0 + v], hr[l0 + v:l0 + 2 * v])
+        mq = cut - hr[r0 + k]           # the child's own cut-off
+        if beta * zmax - lz >= mq - _MARGIN * (1.0 + abs(mq)):
+            hr[st + sw] = 2.0
+            xi = x0 + ni * 2 * u
+            for j in range(2 * u):      # its (h1, h2) into input row ni
+                hr[xi + j] = hr[st + j]
+            ni += 1
+    if ni < 2:
+        for k in range(nb):
+            hr[cb + k * bw + sw] = 0.0
+        return
+    b2 = o + int(data[o + 9])
+    for half in range(2):               # h1 R1, then h2 R2 + b2, of the ni children
+        for i in range(ni):
+            for j in range(u4):
+                hr[z0 + i * zr + j] = data[b2 + j] if half == 1 else 0.0
+        a, b = _w32(data, o, 6 if half == 0 else 8, u * u4)
+        _mm(hr, x0 + half * u, 2 * u, ni, u, data[a:b].view(np.float32), u4, hr, z0, zr)
+        i = 0
+        for k in range(nb):
+            st = cb + k * bw
+            if hr[st + sw] == 2.0:
+                q = st + sw + 1 + half * u4
+                for j in range(u4):
+                    hr[q + j] = hr[z0 + i * zr + j]
+                i += 1
+    for k in range(nb):
+        st = cb + k * bw
+        if hr[st + sw] == 2.0:
+            hr[st + sw] = 1.0
 
 
 @kernel
 def _take(data, o, pd, d, head, k):
-    """Copy child k of the batch of ``head[pd]`` into the state of ``head[d]``."""
+    """Copy child k of the batch of ``head[pd]`` into the state of ``head[d]`` (with its
+    products if they were computed in the batch)."""
+    u = int(data[o + 2])
+    s, sw, f, cb, bw, _z0, _zr, _x0, _l0 = _layout(int(data[o]), u)
+    st = cb + k * bw
+    n = bw if head[pd, st + sw] == 1.0 else sw
+    dst = head[d, s:s + n]
+    src = head[pd, st:st + n]
+    for j in range(n):
+        dst[j] = src[j]
+    if n == sw:
+        head[d, f] = 0.0
+    head[d, f + 1 + 8 * u] = 0.0
+    head[d, f + 2 + 8 * u] = 0.0
+
+
+@kernel
+def _rerun(data, o, d, head, cls, c0, w):
+    """The zero state advanced over the ``w`` classes ``cls[c0:c0 + w]``, into ``head[d]``.
+
+    Layer 1 runs step by step, then layer 2 over chunks of ``BATCH`` steps with their h1 K2
+    in one dense product; the attention keeps the sums of a_t e_t Wo (rows of the
+    embedding table) and of a_t (h1_t, h2_t), the latter times Wo once at the end.
+    """
     nc = int(data[o])
     u = int(data[o + 2])
-    s = 2 * (nc - 1)
-    sw = _state_width(nc, u)
-    cb = s + sw + 4 + 8 * u + k * sw
-    for j in range(sw):
-        head[d, s + j] = head[pd, cb + j]
+    u4 = 4 * u
+    s, sw, _f, cb, bw, z0, zr, x0, _l0 = _layout(nc, u)
+    hr = head[d]
+    for j in range(s, s + sw - 2):
+        hr[j] = 0.0
+    for j in range(2 * u):
+        hr[x0 + j] = 0.0
+    m = -np.inf
+    dd = 0.0
+    ek = o + int(data[o + 3])
+    ea = o + int(data[o + 4])
+    ew = o + int(data[o + 5])
+    b2 = o + int(data[o + 9])
+    wa1 = o + int(data[o + 10])
+    wa2 = o + int(data[o + 11])
+    a, b = _w32(data, o, 6, u * u4)
+    r1 = data[a:b].view(np.float32)
+    a, b = _w32(data, o, 7, u * u4)
+    k2 = data[a:b].view(np.float32)
+    a, b = _w32(data, o, 8, u * u4)
+    r2 = data[a:b].view(np.float32)
+    t = 0
+    while t < w:
+        nb = min(BATCH, w - t)
+        for k in range(nb):             # layer 1
+            e = ek + int(cls[c0 + t + k]) * u4
+            zs = z0 + k * zr
+            for j in range(u4):
+                hr[zs + j] = data[e + j]
+            if t + k > 0:
+                _mm(hr, s, 0, 1, u, r1, u4, hr, zs, 0)
+            _cell(hr[zs:zs + u4], hr[s + 2 * u:s + 3 * u], hr[s:s + u], u)
+            for j in range(u):
+                hr[cb + k * bw + j] = hr[s + j]
+        for k in range(nb):             # layer 2: b2 + h1 K2 of the chunk, then step by step
+            for j in range(u4):
+                hr[z0 + k * zr + j] = data[b2 + j]
+        _mm(hr, cb, bw, nb, u, k2, u4, hr, z0, zr)
+        for k in range(nb):
+            zs = z0 + k * zr
+            if t + k > 0:
+                _mm(hr, s + u, 0, 1, u, r2, u4, hr, zs, 0)
+            _cell(hr[zs:zs + u4], hr[s + 3 * u:s + 4 * u], hr[s + u:s + 2 * u], u)
+            for j in range(u):
+                hr[cb + k * bw + u + j] = hr[s + u + j]
+        for k in range(nb):             # attention
+            c = int(cls[c0 + t + k])
+            st = cb + k * bw
+            lg = (data[ea + c] + _dot(hr[st:st + u], data[wa1:wa1 + u], u)
+                  + _dot(hr[st + u:st + 2 * u], data[wa2:wa2 + u], u))
+            if lg > m:
+                sc = math.exp(m - lg) if m > -np.inf else 0.0
+                for j in range(nc):
+                    hr[s + u4 + j] *= sc
+                for j in range(2 * u):
+                    hr[x0 + j] *= sc
+                dd *= sc
+                m = lg
+            at = math.exp(lg - m)
+            dd += at
+            for j in range(nc):
+                hr[s + u4 + j] += at * data[ew + c * nc + j]
+            for j in range(2 * u):
+                hr[x0 + j] += at * hr[st + j]
+        t += nb
+    a, b = _w32(data, o, 12, 2 * u * nc)
+    _mm(hr, x0, 0, 1, 2 * u, data[a:b].view(np.float32), nc, hr, s + u4, 0)
+    hr[s + u4 + nc] = m
+    hr[s + u4 + nc + 1] = dd
     _fresh(data, o, d, head)
 
 
@@ -265,57 +643,38 @@ def _listed(data, o, beta, row, head, min_logq):
     nc = int(data[o])
     u = int(data[o + 2])
     v = nc - 1
-    s = 2 * v
-    gg = s + 4 * u
-    im = gg + nc
-    inv = 1.0 / (head[row, im + 1] + EPS)
-    bo = o + int(data[o + 13])
-    zmax = -np.inf
-    for c in range(1, nc):
-        z = head[row, gg + c] * inv + data[bo + c]
-        if z > zmax:
-            zmax = z
-    tot = 0.0
-    for c in range(1, nc):
-        tot += math.exp(beta * (head[row, gg + c] * inv + data[bo + c] - zmax))
-    lz = beta * zmax + math.log(tot)
+    s, _sw, f, _cb, _bw, _z0, _zr, _x0, l0 = _layout(nc, u)
+    hr = head[row]
+    zz = hr[l0:l0 + v]
+    _zmax, lz = _lse(data, o, beta, hr, s + 4 * u, zz, hr[l0 + v:l0 + 2 * v])
     thr = min_logq - _MARGIN * (1.0 + abs(min_logq)) if min_logq > -np.inf else -np.inf
     # batch size of the children: with a finite cut, a tree pass visits every listed rank
     # in order; without one (walks, policies) the caller may want any single rank
-    head[row, s + _state_width(nc, u) + 3 + 8 * u] = BATCH if min_logq > -np.inf else 1
+    hr[f + 3 + 8 * u] = BATCH if min_logq > -np.inf else 1
+    hr[f + 4 + 8 * u] = min_logq
     n = 0
-    for c in range(1, nc):
-        lq = beta * (head[row, gg + c] * inv + data[bo + c]) - lz
+    for c in range(v):
+        lq = beta * zz[c] - lz
         if lq >= thr:
-            head[row, n] = lq
-            head[row, v + n] = c
+            hr[n] = lq
+            hr[v + n] = c + 1
             n += 1
     gap = 1                             # shell sort, descending by (lq, -c)
     while gap * 3 + 1 < n:
         gap = gap * 3 + 1
     while gap >= 1:
         for i in range(gap, n):
-            lq = head[row, i]
-            c = head[row, v + i]
+            lq = hr[i]
+            c = hr[v + i]
             k = i
-            while k >= gap and (head[row, k - gap] < lq
-                                or (head[row, k - gap] == lq and head[row, v + k - gap] > c)):
-                head[row, k] = head[row, k - gap]
-                head[row, v + k] = head[row, v + k - gap]
+            while k >= gap and (hr[k - gap] < lq or (hr[k - gap] == lq and hr[v + k - gap] > c)):
+                hr[k] = hr[k - gap]
+                hr[v + k] = hr[v + k - gap]
                 k -= gap
-            head[row, k] = lq
-            head[row, v + k] = c
+            hr[k] = lq
+            hr[v + k] = c
         gap //= 3
     return n
-
-
-@kernel
-def _rerun(data, o, d, head, hb, w):
-    """The zero state advanced over the ``w`` classes at ``head[d, hb:hb + w]``."""
-    _zero_state(data, o, d, head)
-    for t in range(w):
-        _batch(data, o, d, head, 0, 1, int(head[d, hb + t]))
-        _take(data, o, d, d, head, 0)
 
 
 @kernel
@@ -345,21 +704,21 @@ def lstm_init(data, o, beta, carry, cprog, d, pd, draw, rank, n_list, min_logq, 
         head[d, hb + w - 1] = head[pd, nc - 1 + r]
         g = head[pd, gs] + 1.0
         if g > carry:
-            _rerun(data, o, d, head, hb, w)
+            _rerun(data, o, d, head, head[d], hb, w)
             g = 0.0
         else:
             r0 = int(head[pd, f + 1 + 8 * u])
             nb = int(head[pd, f + 2 + 8 * u])
             if not r0 <= r < r0 + nb:
                 r0 = r
-                _batch(data, o, pd, head, r, max(min(int(head[pd, f + 3 + 8 * u]), n_list - r), 1),
-                       -1)
+                _batch(data, o, beta, pd, head, r,
+                       max(min(int(head[pd, f + 3 + 8 * u]), n_list - r), 1))
             _take(data, o, pd, d, head, r - r0)
         head[d, gs] = g
     elif draw:
         for j in range(w):
             head[d, hb + j] = cprog[5 + start + j]
-        _rerun(data, o, d, head, hb, w)
+        _rerun(data, o, d, head, head[d], hb, w)
         head[d, gs] = 0.0
     else:
         _fresh(data, o, d, head)
@@ -374,10 +733,7 @@ def lstm_probs(data, o, classes, beta, out):
     """
     nc = int(data[o])
     head = np.empty((1, head_width(nc, int(data[o + 1]), int(data[o + 2]))))
-    _zero_state(data, o, 0, head)
-    for t in range(classes.shape[0]):
-        _batch(data, o, 0, head, 0, 1, classes[t])
-        _take(data, o, 0, 0, head, 0)
+    _rerun(data, o, 0, head, classes, 0, classes.shape[0])
     n = _listed(data, o, beta, 0, head, -np.inf)
     out[0] = 0.0
     for r in range(n):
