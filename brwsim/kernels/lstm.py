@@ -14,16 +14,32 @@ softmax layer z = att Wo + bo over C classes (class 0 is the padding index, clas
 G = sum_t a_t (x_t Wo) and D = sum_t a_t, kept relative to the running maximum M of the
 attention logits (rescaled when M grows, so they never overflow).
 
-A node's state is (h1, c1, h2, c2) after its last character, G, M and D. A node costs
+A node's state is (h1, h2, c1, c2) after its last character, G, M and D. A node costs
 one step of both layers from its parent's state (or, every ``carry + 1`` levels, a rerun
 over its last W characters: see :func:`lstm_init`), one attention update and the listing of
-its distribution. Children share their parent's recurrent products h1 R1 and h2 R2, and
-the caller's cut-off already says which ranks will be visited, so the states of up to
-``BATCH`` consecutive children are computed together when the first of them is set up
-(stored in the parent's row): each weight matrix is then read from memory once per batch
-instead of once per node. Only a tree pass (a finite cut-off: every listed rank will be
-visited, in rank order) batches; walks and policies (no cut-off) compute one child at a time.
-Weights are the file's float32 values; every sum accumulates in float64.
+its distribution. Children share their parent's recurrent products p1 = h1 R1 and p2 =
+h2 R2 + b2 (computed once per parent, :func:`_products`), and the caller's cut-off already
+says which ranks will be visited, so the states of up to ``BATCH`` consecutive children are
+computed together when the first of them is set up (into the parent's row, :func:`_batch`):
+layer 1 is p1 plus the class's row of e_c K1 + b1; the children's h1 K2 is one dense
+product of nb rows, then layer 2 from p2; their a (h1, h2) Wo one more, added to G. Only a
+tree pass (a finite cut-off: every listed rank will be visited, in rank order) batches;
+walks and policies (no cut-off) compute one child at a time. (Computing, in the batch, the
+products of the children that the pass will expand as one dense product too was measured
+at no gain: most parents have one child.)
+
+Weights are the file's float32 values, widened exactly to float64; every sum accumulates
+in float64. The dense products (:func:`_mm`) are register-blocked loops: blocks of up to 4
+rows (children) times 4 inputs per pass over the outputs, so each weight is loaded once
+per block of rows and each output once per 4 inputs, and the inner loop over the outputs
+vectorises with fused multiply-adds (:data:`brwsim.kernels.dense_kernel`). About 3e5
+multiply-adds per tree node: a single row is bound by the weights' memory bandwidth
+(about 13e9 multiply-adds/s on the AMD EPYC of the benchmarks), 4 rows by arithmetic
+(about 25e9/s). The gates use a branch-free exp (:func:`_exp`, within 4e-16 relative), so
+that the loops over the units vectorise too; sigmoid = 1 / (1 + exp(-x)), tanh = 1 - 2 / (1
++ exp(2x)). A rerun runs layer 1 step by step (h1 R1), then layer 2 over chunks of
+``BATCH`` steps with their h1 K2 as one dense product, and keeps G as the sum of a_t e_t Wo
+(rows of the embedding table) plus (sum_t a_t (h1_t, h2_t)) Wo, one product at the end.
 
 The node's distribution is the softmax restricted to the characters (class 0, which
 textgenrnn's sampler never emits, is dropped and the rest renormalised), tempered by
@@ -38,13 +54,15 @@ e_c Wo_e), ``[6]`` R1, ``[7]`` K2, ``[8]`` R2 (u x 4u each), ``[9]`` b2 (4u), ``
 h1 and h2 (2u x C), ``[13]`` the output bias (C). Matrices are row-major; R1, K2, R2 and
 the output rows are float32 packed two per float64 slot.
 
-Layout of a level's head row (``head_width`` entries), V = C - 1 characters, SW = 4u + C
-+ 2: ``[0, V)`` the listed log-probabilities in rank order, ``[V, 2V)`` their classes; at
-S = 2V the state (h1, c1, h2, c2, G, M, D: SW entries); a flag (1 once the row's
-recurrent products are computed) and the products h1 R1, h2 R2 (8u); the first rank and
-the number of the children in the batch, and the batch size for this row's children (3);
-the children's states (BATCH x SW); scratch (BATCH x max(4u, C)); the node's last
-classes (W of ``HIST`` slots) and g, the characters carried beyond them (last slot).
+Layout of a level's head row (``head_width`` entries, offsets from :func:`_layout`), V = C
+- 1 characters, SW = 4u + C + 2: ``[0, V)`` the listed log-probabilities in rank order,
+``[V, 2V)`` their classes; at S = 2V the state (h1, h2, c1, c2, G, M, D: SW entries); a flag
+(1 once the row's recurrent products are computed) and the products p1, p2 (8u); the
+first rank and the number of the children in the batch, and the batch size for this
+row's children (3); the children's states (BATCH x SW); scratch: the pre-activations
+(BATCH rows of 4u + 8, a stride off multiples of 4 KiB), the inputs of the output layer
+(BATCH x 2u) and the listing's (2C); the node's last classes (W of ``HIST`` slots) and g,
+the characters carried beyond them (last slot).
 """
 
 from __future__ import annotations
@@ -139,26 +157,25 @@ def _zrow(u):
 def _layout(nc, u):
     """Offsets in a head row (see the module docstring).
 
-    (s, sw, f, cb, bw, z0, zr, x0, l0): the state and its width, the products flag (the
-    products follow it, then r0, nb, the batch size and the row's cut-off), the batch
-    area and its slot width, the pre-activation scratch and its row stride, the scratch
-    of the output layer's (and the products') inputs, the scratch of the listing (2C).
+    (s, sw, f, cb, z0, zr, x0, l0): the state and its width, the products flag (the
+    products follow it, then r0, nb and the batch size), the children's states, the
+    pre-activation scratch and its row stride, the scratch of the output layer's inputs
+    and that of the listing (2C).
     """
     s = 2 * (nc - 1)
     sw = _state_width(nc, u)
     f = s + sw
-    cb = f + 5 + 8 * u
-    bw = sw + 1 + 8 * u
-    z0 = cb + BATCH * bw
+    cb = f + 4 + 8 * u
+    z0 = cb + BATCH * sw
     zr = _zrow(u)
     x0 = z0 + BATCH * zr
-    return s, sw, f, cb, bw, z0, zr, x0, x0 + BATCH * 2 * u
+    return s, sw, f, cb, z0, zr, x0, x0 + BATCH * 2 * u
 
 
 @kernel
 def head_width(n_classes, emb, units):
     """Entries of one level's head row (see the module docstring)."""
-    l0 = _layout(n_classes, units)[8]
+    l0 = _layout(n_classes, units)[7]
     return l0 + 2 * n_classes + HIST
 
 
@@ -173,13 +190,27 @@ def _w32(data, o, k, n):
 def _mm(x, xs, xst, m, k, w, n, out, os, ost):
     """out[os + r ost + j] += sum_i x[xs + r xst + i] w[i n + j] for r < m, i < k, j < n.
 
-    The dense product of ``m`` input rows (float64, stride ``xst``) and the row-major
-    k x n float32 matrix ``w`` (widened exactly to float64; every sum in float64), added to
-    ``m`` output rows (stride ``ost``; ``x`` and ``out`` may be the same array, the input
-    rows must not overlap the output rows). Register-blocked: up to 4 rows at a time and
-    4 inputs per pass over the outputs, so each weight is loaded once per block of rows and
-    each output once per 4 inputs; the inner loop over j vectorises. Rows in blocks of
-    4, then one block of the remaining 3, 2 or 1.
+    The dense product of ``m`` input rows and a row-major k x n float32 matrix, added to
+    ``m`` output rows. Register-blocked: blocks of up to 4 rows (then one block of the
+    remaining 3, 2 or 1) and 4 inputs per pass over the outputs, so each weight is loaded
+    once per block of rows and each output once per 4 inputs; the inner loop over j
+    vectorises, with fused multiply-adds.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        float64, 1-d: input row r is ``x[xs + r xst:xs + r xst + k]``.
+    xs, xst, m, k : int
+        Offset and stride of the input rows, their number and length.
+    w : numpy.ndarray
+        float32, 1-d view of the matrix (widened exactly to float64; every sum in float64).
+    n : int
+        Columns of ``w``: the length of the output rows.
+    out : numpy.ndarray
+        float64, 1-d: output row r is ``out[os + r ost:os + r ost + n]``, added to in place.
+        May be the same array as ``x``; the input rows must not overlap the output rows.
+    os, ost : int
+        Offset and stride of the output rows.
     """
     r = 0
     k4 = k - k % 4
@@ -347,7 +378,7 @@ def _dot(a, b, n):
 @kernel
 def _fresh(data, o, row, head):
     """Mark the row's products and child batch as not computed (its state just changed)."""
-    _s, _sw, f, _cb, _bw, _z0, _zr, _x0, _l0 = _layout(int(data[o]), int(data[o + 2]))
+    _s, _sw, f, _cb, _z0, _zr, _x0, _l0 = _layout(int(data[o]), int(data[o + 2]))
     u = int(data[o + 2])
     head[row, f] = 0.0
     head[row, f + 1 + 8 * u] = 0.0
@@ -359,7 +390,7 @@ def _products(data, o, row, head):
     """h1 R1 and h2 R2 + b2 of the state in ``head[row]`` (once per state)."""
     u = int(data[o + 2])
     u4 = 4 * u
-    s, _sw, f, _cb, _bw, _z0, _zr, _x0, _l0 = _layout(int(data[o]), u)
+    s, _sw, f, _cb, _z0, _zr, _x0, _l0 = _layout(int(data[o]), u)
     if head[row, f] == 1.0:
         return
     hr = head[row]
@@ -422,28 +453,25 @@ def _lse(data, o, beta, hr, g0, zz, ex):
 
 
 @kernel
-def _batch(data, o, beta, pd, head, r0, nb):
+def _batch(data, o, pd, head, r0, nb):
     """States of the children of ranks r0 .. r0 + nb - 1 of the state in ``head[pd]``.
 
     Into the row's batch area: layer 1 from the parent's h1 R1 and the class's row, then
     the nb children's h1 K2 in one dense product, layer 2, the attention update and the
-    nb children's (h1, h2) Wo in one dense product. In a tree pass (the row has a finite
-    cut-off) the children whose top rank passes their own cut-off will be expanded: if
-    there are two or more, their h1 R1 and h2 R2 + b2 are computed here too, in one
-    dense product each.
+    nb children's (h1, h2) Wo in one dense product.
     """
     nc = int(data[o])
     u = int(data[o + 2])
     u4 = 4 * u
     v = nc - 1
-    s, sw, f, cb, bw, z0, zr, x0, l0 = _layout(nc, u)
+    s, sw, f, cb, z0, zr, x0, _l0 = _layout(nc, u)
     _products(data, o, pd, head)
     hr = head[pd]
     p = f + 1
     ek = o + int(data[o + 3])
     for k in range(nb):                 # layer 1: the parent's h1 R1 plus the class's row
         e = ek + int(hr[v + r0 + k]) * u4
-        st = cb + k * bw
+        st = cb + k * sw
         z = hr[z0 + k * zr:z0 + k * zr + u4]
         for j in range(u4):
             z[j] = data[e + j] + hr[p + j]
@@ -454,9 +482,9 @@ def _batch(data, o, beta, pd, head, r0, nb):
         for j in range(u4):
             hr[z0 + k * zr + j] = hr[p + u4 + j]
     a, b = _w32(data, o, 7, u * u4)
-    _mm(hr, cb, bw, nb, u, data[a:b].view(np.float32), u4, hr, z0, zr)
+    _mm(hr, cb, sw, nb, u, data[a:b].view(np.float32), u4, hr, z0, zr)
     for k in range(nb):
-        st = cb + k * bw
+        st = cb + k * sw
         for j in range(u):
             hr[st + 3 * u + j] = hr[s + 3 * u + j]
         _cell(hr[z0 + k * zr:z0 + k * zr + u4], hr[st + 3 * u:st + 4 * u],
@@ -469,7 +497,7 @@ def _batch(data, o, beta, pd, head, r0, nb):
     dd = hr[s + u4 + nc + 1]
     for k in range(nb):                 # attention: G, D rescaled to the new maximum
         cls = int(hr[v + r0 + k])
-        st = cb + k * bw
+        st = cb + k * sw
         lg = (data[ea + cls] + _dot(hr[st:st + u], data[wa1:wa1 + u], u)
               + _dot(hr[st + u:st + 2 * u], data[wa2:wa2 + u], u))
         if lg > m:
@@ -489,67 +517,22 @@ def _batch(data, o, beta, pd, head, r0, nb):
         xk = hr[x0 + k * 2 * u:x0 + (k + 1) * 2 * u]
         for j in range(2 * u):
             xk[j] = at * hr[st + j]
-        hr[st + sw] = 0.0               # the child's products: not computed
     # ... plus a (h1, h2) Wo of every child
     a, b = _w32(data, o, 12, 2 * u * nc)
-    _mm(hr, x0, 2 * u, nb, 2 * u, data[a:b].view(np.float32), nc, hr, cb + u4, bw)
+    _mm(hr, x0, 2 * u, nb, 2 * u, data[a:b].view(np.float32), nc, hr, cb + u4, sw)
     hr[f + 1 + 8 * u] = r0
     hr[f + 2 + 8 * u] = nb
-    cut = hr[f + 4 + 8 * u]
-    if nb < 2 or not cut > -np.inf:
-        return
-    ni = 0                              # the children that will be expanded
-    for k in range(nb):
-        st = cb + k * bw
-        zmax, lz = _lse(data, o, beta, hr, st + u4, hr[l0:l0 + v], hr[l0 + v:l0 + 2 * v])
-        mq = cut - hr[r0 + k]           # the child's own cut-off
-        if beta * zmax - lz >= mq - _MARGIN * (1.0 + abs(mq)):
-            hr[st + sw] = 2.0
-            xi = x0 + ni * 2 * u
-            for j in range(2 * u):      # its (h1, h2) into input row ni
-                hr[xi + j] = hr[st + j]
-            ni += 1
-    if ni < 2:
-        for k in range(nb):
-            hr[cb + k * bw + sw] = 0.0
-        return
-    b2 = o + int(data[o + 9])
-    for half in range(2):               # h1 R1, then h2 R2 + b2, of the ni children
-        for i in range(ni):
-            for j in range(u4):
-                hr[z0 + i * zr + j] = data[b2 + j] if half == 1 else 0.0
-        a, b = _w32(data, o, 6 if half == 0 else 8, u * u4)
-        _mm(hr, x0 + half * u, 2 * u, ni, u, data[a:b].view(np.float32), u4, hr, z0, zr)
-        i = 0
-        for k in range(nb):
-            st = cb + k * bw
-            if hr[st + sw] == 2.0:
-                q = st + sw + 1 + half * u4
-                for j in range(u4):
-                    hr[q + j] = hr[z0 + i * zr + j]
-                i += 1
-    for k in range(nb):
-        st = cb + k * bw
-        if hr[st + sw] == 2.0:
-            hr[st + sw] = 1.0
 
 
 @kernel
 def _take(data, o, pd, d, head, k):
-    """Copy child k of the batch of ``head[pd]`` into the state of ``head[d]`` (with its
-    products if they were computed in the batch)."""
-    u = int(data[o + 2])
-    s, sw, f, cb, bw, _z0, _zr, _x0, _l0 = _layout(int(data[o]), u)
-    st = cb + k * bw
-    n = bw if head[pd, st + sw] == 1.0 else sw
-    dst = head[d, s:s + n]
-    src = head[pd, st:st + n]
-    for j in range(n):
+    """Copy child k of the batch of ``head[pd]`` into the state of ``head[d]``."""
+    s, sw, _f, cb, _z0, _zr, _x0, _l0 = _layout(int(data[o]), int(data[o + 2]))
+    dst = head[d, s:s + sw]
+    src = head[pd, cb + k * sw:cb + (k + 1) * sw]
+    for j in range(sw):
         dst[j] = src[j]
-    if n == sw:
-        head[d, f] = 0.0
-    head[d, f + 1 + 8 * u] = 0.0
-    head[d, f + 2 + 8 * u] = 0.0
+    _fresh(data, o, d, head)
 
 
 @kernel
@@ -563,7 +546,7 @@ def _rerun(data, o, d, head, cls, c0, w):
     nc = int(data[o])
     u = int(data[o + 2])
     u4 = 4 * u
-    s, sw, _f, cb, bw, z0, zr, x0, _l0 = _layout(nc, u)
+    s, sw, _f, cb, z0, zr, x0, _l0 = _layout(nc, u)
     hr = head[d]
     for j in range(s, s + sw - 2):
         hr[j] = 0.0
@@ -595,21 +578,21 @@ def _rerun(data, o, d, head, cls, c0, w):
                 _mm(hr, s, 0, 1, u, r1, u4, hr, zs, 0)
             _cell(hr[zs:zs + u4], hr[s + 2 * u:s + 3 * u], hr[s:s + u], u)
             for j in range(u):
-                hr[cb + k * bw + j] = hr[s + j]
+                hr[cb + k * sw + j] = hr[s + j]
         for k in range(nb):             # layer 2: b2 + h1 K2 of the chunk, then step by step
             for j in range(u4):
                 hr[z0 + k * zr + j] = data[b2 + j]
-        _mm(hr, cb, bw, nb, u, k2, u4, hr, z0, zr)
+        _mm(hr, cb, sw, nb, u, k2, u4, hr, z0, zr)
         for k in range(nb):
             zs = z0 + k * zr
             if t + k > 0:
                 _mm(hr, s + u, 0, 1, u, r2, u4, hr, zs, 0)
             _cell(hr[zs:zs + u4], hr[s + 3 * u:s + 4 * u], hr[s + u:s + 2 * u], u)
             for j in range(u):
-                hr[cb + k * bw + u + j] = hr[s + u + j]
+                hr[cb + k * sw + u + j] = hr[s + u + j]
         for k in range(nb):             # attention
             c = int(cls[c0 + t + k])
-            st = cb + k * bw
+            st = cb + k * sw
             lg = (data[ea + c] + _dot(hr[st:st + u], data[wa1:wa1 + u], u)
                   + _dot(hr[st + u:st + 2 * u], data[wa2:wa2 + u], u))
             if lg > m:
@@ -643,7 +626,7 @@ def _listed(data, o, beta, row, head, min_logq):
     nc = int(data[o])
     u = int(data[o + 2])
     v = nc - 1
-    s, _sw, f, _cb, _bw, _z0, _zr, _x0, l0 = _layout(nc, u)
+    s, _sw, f, _cb, _z0, _zr, _x0, l0 = _layout(nc, u)
     hr = head[row]
     zz = hr[l0:l0 + v]
     _zmax, lz = _lse(data, o, beta, hr, s + 4 * u, zz, hr[l0 + v:l0 + 2 * v])
@@ -651,7 +634,6 @@ def _listed(data, o, beta, row, head, min_logq):
     # batch size of the children: with a finite cut, a tree pass visits every listed rank
     # in order; without one (walks, policies) the caller may want any single rank
     hr[f + 3 + 8 * u] = BATCH if min_logq > -np.inf else 1
-    hr[f + 4 + 8 * u] = min_logq
     n = 0
     for c in range(v):
         lq = beta * zz[c] - lz
@@ -711,8 +693,7 @@ def lstm_init(data, o, beta, carry, cprog, d, pd, draw, rank, n_list, min_logq, 
             nb = int(head[pd, f + 2 + 8 * u])
             if not r0 <= r < r0 + nb:
                 r0 = r
-                _batch(data, o, beta, pd, head, r,
-                       max(min(int(head[pd, f + 3 + 8 * u]), n_list - r), 1))
+                _batch(data, o, pd, head, r, max(min(int(head[pd, f + 3 + 8 * u]), n_list - r), 1))
             _take(data, o, pd, d, head, r - r0)
         head[d, gs] = g
     elif draw:
