@@ -28,9 +28,6 @@ Usage::
     python experiments/iid_breakdown.py --quick    # smoke run: 4 strengths, P <= 256, 200 trees
     python experiments/iid_breakdown.py --plot-only  # re-render data/iid_breakdown.png from the .nc
     python experiments/iid_breakdown.py --charlstm [--quick]   # the neural model only
-
-Most of the quick run's time is the i.i.d. prediction of each Markov grid point (its
-marginal's spine-step law is sampled in Python, about 5 s per point), hence fewer strengths.
 """
 
 from __future__ import annotations
