@@ -33,9 +33,18 @@ from scipy import signal, special
 
 from brwsim.engine import seed_key
 from brwsim.errors import UserError
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I
-from brwsim.kernels.special import zipf_sum
-from brwsim.kernels.spine import FLOOR, SPLIT, _sample_cells, _zipf_cdfs
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ORDERSTAT, OS_LOGW
+from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.spine import (
+    FLOOR,
+    SPLIT,
+    SWITCH_RATIO,
+    SWITCH_RHO,
+    TABLE_STEP,
+    _os_tables,
+    _sample_cells,
+    _zipf_cdfs,
+)
 
 __all__ = ["SpineLaw", "SpineSteps", "BatchedAtoms", "CdfLaw", "SumLaw", "ConvolvedLaw", "SampledLaw",
            "beta_step_law", "ZipfLaw", "zipf_spread_law", "sampled_law", "mixture_law",
@@ -614,7 +623,7 @@ class SampledLaw(SpineLaw):
     exact = False
 
     def __init__(self, family, rank_budget: int = 1_000_000, batches: int = 10, seed: int = 0,
-                 eps: float = 1e-9) -> None:
+                 eps: float = 1e-9, walk: bool = True, switch_ratio: float = SWITCH_RATIO) -> None:
         spec = family.spec()
         if len(spec.cprog) > 1:
             raise UserError(f"{family!r}: a context-dependent family has no i.i.d. spine law "
@@ -623,32 +632,37 @@ class SampledLaw(SpineLaw):
         lf = np.empty((1, LEVEL_F))
         li = np.empty((1, LEVEL_I), np.int64)
         head = np.empty((1, max(spec.head_cap, 1)))
+        tables = _orderstat_tables(spec, TABLE_STEP) if walk else _no_tables(spec)
+        ratio = float(switch_ratio) if walk else 0.0
 
         def run(n, h, batches):
             size = int(math.ceil(X_CAP / h))
             split, floor = np.zeros((batches, size)), np.zeros((batches, size))
-            ranks, ent, ent2 = np.empty(n, np.int64), np.empty(n), np.empty(n)
+            ranks, cells = np.empty(n, np.int64), np.empty(n, np.int64)
+            ent, ent2 = np.empty(n), np.empty(n)
             _sample_cells(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                          key, n, h, eps, lf, li, head, split, floor, ranks, ent, ent2)
-            return split, floor, ranks, ent, ent2
+                          key, n, h, eps, lf, li, head, *tables, TABLE_STEP, ratio, SWITCH_RHO,
+                          split, floor, ranks, cells, ent, ent2)
+            return split, floor, ranks, cells, ent, ent2
 
-        _, _, ranks, ent, _ = run(16, 1.0, 1)
-        per = max(float(ranks.mean()), 1.0)
+        _, _, ranks, cells, ent, _ = run(16, 1.0, 1)
+        self.h = min(1e-3, max(float(ent.mean()), 1e-6) / 100)
+        # work per distribution at the final step: ranks, plus cells (walked per nat at h = 1)
+        per = max(float(ranks.mean() + cells.mean() / self.h), 1.0)
         n = int(np.clip(rank_budget / per, 16 * batches, 200_000))
         n -= n % batches
-        self.h = min(1e-3, max(float(ent.mean()), 1e-6) / 100)
-        split, floor, ranks, ent, ent2 = run(n, self.h, batches)
+        split, floor, ranks, cells, ent, ent2 = run(n, self.h, batches)
         # every sampled family has sum q = 1: normalise away the eps remainder and round-off
         self._grids = {"split": split / split.sum(axis=1, keepdims=True),
                        "floor": floor / floor.sum(axis=1, keepdims=True)}
         self.n_distributions = n
         self.batches = batches
+        self.work = (int(ranks.sum()), int(cells.sum()))
         se = lambda v: float(v.std(ddof=1) / math.sqrt(n))  # noqa: E731
         self.moments = Moments(float(ent.mean()), float(ent2.mean()), se(ent), se(ent2),
                                float((ent * ent).mean()), se(ent * ent), exact=False)
         g = self._grids["split"].mean(axis=0)
         self._mass, self._mu, self._mu2 = float(g.sum()), self.moments.mu, self.moments.mu2
-
 
     @property
     def grid_step(self) -> float:
@@ -691,6 +705,44 @@ class _Replicate(SpineLaw):
     def cells(self, h: float, size: int, mode: str = "split") -> np.ndarray:
         _mode(mode)
         return _slice(self.parent._grids[mode][self.b], self.parent.h, h, size)
+
+
+def _no_tables(spec) -> tuple:
+    k = len(spec.kinds)
+    return np.zeros((k, 2)), np.zeros((k, 2)), np.zeros(k), np.zeros(k, np.int64)
+
+
+def _orderstat_tables(spec, tau: float) -> tuple:
+    """Cumulative weight tables of the lazy ORDERSTAT components (``_os_tables``).
+
+    Component c's table spans ``y = -log w`` from the weight at A = 0.1 * head / n (below
+    any rank after the head, except with probability below 1e-38) to ``X_CAP + 3`` nats
+    past the weight at A = 50 / n (below the largest weight, hence the normaliser, except
+    with probability e^-50): every cell of the grid a tail can reach with f <= e^3.
+    """
+    from brwsim.families.tables import X_MAX as t_max
+
+    logu, logp, y0, valid = _no_tables(spec)
+    todo = [c for c in range(len(spec.kinds))
+            if spec.kinds[c] == ORDERSTAT and spec.ipar[c, 5] == 1]
+    if not todo:
+        return logu, logp, y0, valid
+    lw = lambda c, t: spline_eval(spec.data, int(spec.ipar[c, 0] + OS_LOGW * spec.ipar[c, 3] * 4),  # noqa: E731
+                                  int(spec.ipar[c, 3]), spec.fpar[c, 0], spec.fpar[c, 1], t)
+    lims = {}
+    for c in todo:
+        n, n_head = int(spec.ipar[c, 2]), int(spec.ipar[c, 4])
+        t_lo = math.log(0.1 * n_head / n)
+        y_lo = -lw(c, t_lo)
+        y_hi = X_CAP + 3.0 - lw(c, math.log(50.0 / n))
+        lims[c] = (t_lo, y_lo, int(math.ceil((y_hi - y_lo) / tau)) + 2)
+    size = max(v[2] for v in lims.values())
+    logu, logp = np.zeros((len(spec.kinds), size)), np.zeros((len(spec.kinds), size))
+    for c, (t_lo, y_lo, n_pts) in lims.items():
+        y0[c] = y_lo
+        valid[c] = _os_tables(spec.data, spec.fpar, spec.ipar, c, t_lo, t_max, y_lo,
+                              tau, logu[c, :n_pts], logp[c, :n_pts])
+    return logu, logp, y0, valid
 
 
 def _slice(grid: np.ndarray, own_h: float, h: float, size: int) -> np.ndarray:
