@@ -782,8 +782,6 @@ def _orderstat_tables(spec, tau: float) -> tuple:
     past the weight at A = 50 / n (below the largest weight, hence the normaliser, except
     with probability e^-50): every cell of the grid a tail can reach with f <= e^3.
     """
-    from brwsim.families.tables import X_MAX as t_max
-
     logu, logp, y0, valid = _no_tables(spec)
     todo = [c for c in range(len(spec.kinds))
             if spec.kinds[c] == ORDERSTAT and spec.ipar[c, 5] == 1]
@@ -802,6 +800,7 @@ def _orderstat_tables(spec, tau: float) -> tuple:
     logu, logp = np.zeros((len(spec.kinds), size)), np.zeros((len(spec.kinds), size))
     for c, (t_lo, y_lo, n_pts) in lims.items():
         y0[c] = y_lo
+        t_max = spec.fpar[c, 0] + spec.ipar[c, 3] / spec.fpar[c, 1]    # the splines' end
         valid[c] = _os_tables(spec.data, spec.fpar, spec.ipar, c, t_lo, t_max, y_lo,
                               tau, logu[c, :n_pts], logp[c, :n_pts])
     return logu, logp, y0, valid
