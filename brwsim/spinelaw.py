@@ -672,8 +672,9 @@ class SampledLaw(SpineLaw):
     is left at the end goes to the last position), so the upper bound remains a bound on
     the sampled law. Measured against ``walk=False`` on 2000 paired distributions at
     vocab 32,000 (SoftmaxNormal sigma 1 and 3, tempered Dirichlet and SoftmaxNormal), the
-    predictions and bounds differ by at most 6e-5 tokens (each within 2.3 of its paired
-    SE), 4 to 1000 times below the production standard error.
+    predictions and bounds differ by at most 6e-5 tokens at budgets 1 to 2^20 (each
+    within 3 of its paired SE), at most 0.16 of the standard error this law reports with
+    its default sample; deterministic tails agree to 1e-8.
     """
 
     exact = False
