@@ -34,7 +34,13 @@ FAMILIES = [
     "peaked(a=8, b=0.5, s=1.2, vocab=32000)",
     "softmaxnormal(sigma=1.5, vocab=3000)",
     "softmaxnormal(sigma=3.0, vocab=32000)",
+    "softmaxnormal(sigma=1.0, vocab=262144)",
+    "softmaxnormal(sigma=3.0, vocab=262144)",
     "tempered(family=dirichlet(alpha=0.3, vocab=200), T=0.7)",
+    "tempered(family=dirichlet(alpha=0.1, vocab=262144), T=0.7)",
+    "tempered(family=softmaxnormal(sigma=2.0, vocab=131072), T=1.5)",
+    "tempered(family=peaked(a=8, b=0.5, s=1.2, vocab=262144), T=0.7)",
+    "entropytarget(entropies=lognorm(s=0.5, scale=2), shape=zipf, vocab=262144)",
     "entropytarget(entropies=[0.1, 0.5, 3.0], shape=zipf, vocab=50000)",
     DEFAULT_FAMILY,
 ]

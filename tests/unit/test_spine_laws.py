@@ -13,10 +13,27 @@ import numpy as np
 import pytest
 from scipy import special
 
-from brwsim import (Dirichlet, Empirical, Fixed, Geometric, Mixture, Peaked, SoftmaxNormal,
-                    Tempered, Uniform, Zipf)
+from brwsim import (
+    Dirichlet,
+    Empirical,
+    EntropyTarget,
+    Fixed,
+    Geometric,
+    Mixture,
+    Peaked,
+    SoftmaxNormal,
+    Tempered,
+    Uniform,
+    Zipf,
+)
 from brwsim import spinelaw as SL
-from brwsim.theory import paper_bound, prediction, prediction_with_se, spine_steps, upper_bound
+from brwsim.theory import (
+    paper_bound,
+    prediction,
+    prediction_with_se,
+    spine_steps,
+    upper_bound,
+)
 
 H = 1e-3
 
@@ -152,6 +169,73 @@ def test_families_without_an_exact_law_are_sampled_and_report_their_error():
         pred = prediction_with_se(fam, [4, 64])
         assert np.all(pred.se > 0) and np.all(pred.se < 0.05)
         assert not fam.moments().exact
+
+
+def _paired(walk: SL.SampledLaw, ref: SL.SampledLaw, budgets) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error of the batch-wise prediction differences of two laws."""
+    d = np.array([prediction(a, budgets) - prediction(b, budgets)
+                  for a, b in zip(walk.replicates(), ref.replicates())])
+    return d.mean(axis=0), d.std(axis=0, ddof=1) / math.sqrt(d.shape[0])
+
+
+@pytest.mark.parametrize("fam, n", [(SoftmaxNormal(1.0, 8000), 1600),
+                                    (Tempered(SoftmaxNormal(2.0, 8000), 1.5), 1600),
+                                    (Tempered(Dirichlet(0.1, 32000), 0.7), 400)], ids=repr)
+def test_walked_order_statistic_tails_match_generating_every_rank(fam, n):
+    """The mean-field walk against every rank, on the same seeds (so the same heads): the
+    difference is within 5 paired SE, and that SE is well below the law's own."""
+    budgets = [1, 64, 4096, 2 ** 20]
+    walk = SL.SampledLaw(fam, seed=3, batches=40, n_distributions=n)
+    ref = SL.SampledLaw(fam, seed=3, batches=40, n_distributions=n, walk=False)
+    assert walk.work[1] > 0 and ref.work[1] == 0 and 4 * walk.work[0] < ref.work[0]
+    bias, se = _paired(walk, ref, budgets)
+    own = prediction_with_se(SL.SampledLaw(fam, seed=4), budgets).se
+    assert np.all(np.abs(bias) <= 5 * se + 1e-12)
+    assert np.all(np.abs(bias) <= own)
+    de = walk._ent - ref._ent
+    assert abs(de.mean()) <= 5 * de.std(ddof=1) / math.sqrt(de.size) + 1e-12
+    assert walk.mass == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("fam", [EntropyTarget([0.7, 2.0, 4.0], shape="zipf", vocab=50_000),
+                                 EntropyTarget([9.5, 10.5], shape="geometric"),
+                                 Tempered(Peaked(8.0, 0.5, 1.2, 50_000), 0.7)], ids=repr)
+def test_walked_deterministic_tails_are_exact(fam):
+    """Zipf and geometric tails are walked in closed form: the same law as every rank, up to
+    the wide steps of the far tail (which only lower the floor grid)."""
+    budgets = [1, 64, 4096, 2 ** 20]
+    walk = SL.SampledLaw(fam, seed=5, batches=4, n_distributions=40)
+    ref = SL.SampledLaw(fam, seed=5, batches=4, n_distributions=40, walk=False)
+    assert walk.work[1] > 0 and 4 * (walk.work[0] + walk.work[1]) < ref.work[0]
+    # walked moments are those of the grid points the mass went to
+    np.testing.assert_allclose(walk._ent, ref._ent, rtol=0, atol=1e-6)
+    assert ref.h == pytest.approx(walk.h, rel=1e-4)      # h = mu / 100 from the pilot
+    for mode in ("split", "floor"):
+        a, b = (np.cumsum(law.cells(law.h, 64_000, mode)) for law in (walk, ref))
+        assert np.sum(np.abs(a - b)) * walk.h < 2e-4     # mass displaced (nats)
+    np.testing.assert_allclose(prediction(walk, budgets), prediction(ref, budgets),
+                               rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(upper_bound(walk, budgets).value,
+                               upper_bound(ref, budgets).value, rtol=1e-4)
+
+
+def test_walked_entropytarget_agrees_with_its_exact_law():
+    fam = EntropyTarget([0.7, 2.0, 4.0], shape="zipf", vocab=100_000)
+    budgets = [1, 64, 4096]
+    exact = prediction(fam, budgets)
+    pred = prediction_with_se(SL.SampledLaw(fam, seed=6), budgets)
+    assert np.all(np.abs(pred.value - exact) <= 5 * pred.se)
+
+
+def test_walked_floor_grid_stays_below_the_split_grid():
+    """Every walked deposit puts the floor grid's mass at or below the split grid's."""
+    law = SL.SampledLaw(SoftmaxNormal(1.0, 8000), seed=2)
+    assert law.work[1] > 0
+    for b in range(law.batches):
+        floor, split = law._grids["floor"][b], law._grids["split"][b]
+        assert np.all(np.cumsum(floor) >= np.cumsum(split) - 1e-12)
+    budgets = [1, 64, 4096, 2 ** 20]
+    assert np.all(upper_bound(law, budgets).value >= prediction(law, budgets))
 
 
 # --- the proven upper bound
