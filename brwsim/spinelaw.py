@@ -679,7 +679,7 @@ class SampledLaw(SpineLaw):
 
     exact = False
 
-    def __init__(self, family, rank_budget: int = 1_000_000, batches: int = 10, seed: int = 0,
+    def __init__(self, family, rank_budget: int = 600_000, batches: int = 10, seed: int = 0,
                  eps: float = 1e-9, walk: bool = True, switch_ratio: float = SWITCH_RATIO,
                  n_distributions: int | None = None, tail_noise: bool = False) -> None:
         spec = family.spec()
