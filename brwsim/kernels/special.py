@@ -4,7 +4,7 @@
   (exact head plus Euler-Maclaurin), the normaliser and moment sums of Zipf laws.
 * :func:`spline_eval`: a cubic spline stored as per-interval coefficients on a uniform
   grid, the quantile tables of order statistics (built with scipy in
-  :mod:`brwsim.families.tables`).
+  :mod:`brwsim.families.tables`); :func:`spline_val_der` also gives its derivative.
 """
 
 from __future__ import annotations
@@ -91,6 +91,18 @@ def zipf_sum(n, s, k):
 
 
 @kernel
+def _spline_interval(off, n_int, x0, inv_h, x):
+    """(index of the coefficients of x's interval, offset d of x in it), clamped to the grid."""
+    f = (x - x0) * inv_h
+    i = int(f)
+    if f < 0.0:
+        i = 0
+    elif i >= n_int:
+        i = n_int - 1
+    return off + 4 * i, x - (x0 + i / inv_h)
+
+
+@kernel
 def spline_eval(coef, off, n_int, x0, inv_h, x):
     """Evaluate a cubic spline on a uniform grid at ``x`` (clamped to the grid).
 
@@ -98,12 +110,14 @@ def spline_eval(coef, off, n_int, x0, inv_h, x):
     coefficients c0..c3 of c0 + d*(c1 + d*(c2 + d*c3)) with d = x - (x0 + i*h). Flat
     indexing (no array views) keeps the kernels free of reference counting.
     """
-    f = (x - x0) * inv_h
-    i = int(f)
-    if f < 0.0:
-        i = 0
-    elif i >= n_int:
-        i = n_int - 1
-    d = x - (x0 + i / inv_h)
-    j = off + 4 * i
+    j, d = _spline_interval(off, n_int, x0, inv_h, x)
     return coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
+
+
+@kernel
+def spline_val_der(coef, off, n_int, x0, inv_h, x):
+    """:func:`spline_eval` and the spline's derivative at ``x``."""
+    j, d = _spline_interval(off, n_int, x0, inv_h, x)
+    val = coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
+    der = coef[j + 1] + d * (2.0 * coef[j + 2] + 3.0 * d * coef[j + 3])
+    return val, der

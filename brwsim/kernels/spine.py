@@ -34,7 +34,7 @@ from brwsim.kernels.dist import (
     dist_next,
 )
 from brwsim.kernels.rng import mix, normal, root_key, unit
-from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.special import spline_eval, spline_val_der, zipf_sum
 
 SPLIT = 0
 FLOOR = 1
@@ -118,22 +118,6 @@ _SPAN_ERR = 1e-8
 
 
 @kernel
-def _spline_val_der(coef, off, n_int, x0, inv_h, x):
-    """A cubic spline of :func:`brwsim.kernels.special.spline_eval` and its derivative at x."""
-    f = (x - x0) * inv_h
-    i = int(f)
-    if f < 0.0:
-        i = 0
-    elif i >= n_int:
-        i = n_int - 1
-    d = x - (x0 + i / inv_h)
-    j = off + 4 * i
-    val = coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
-    der = coef[j + 1] + d * (2.0 * coef[j + 2] + 3.0 * d * coef[j + 3])
-    return val, der
-
-
-@kernel
 def _os_tables(data, fpar, ipar, c, t_lo, t_hi, y0, tau, logu, logp):
     """Tabulate the weight law of ORDERSTAT component ``c`` on a uniform grid of log weight.
 
@@ -147,7 +131,7 @@ def _os_tables(data, fpar, ipar, c, t_lo, t_hi, y0, tau, logu, logp):
     off_w = ipar[c, 0] + OS_LOGW * n_int * 4
     off_m = ipar[c, 0] + OS_LOGM1 * n_int * 4
     x0, inv_h = fpar[c, 0], fpar[c, 1]
-    w_hi, _ = _spline_val_der(data, off_w, n_int, x0, inv_h, t_hi)
+    w_hi, _ = spline_val_der(data, off_w, n_int, x0, inv_h, t_hi)
     t = t_lo
     n = logu.shape[0]
     for i in range(n):
@@ -157,7 +141,7 @@ def _os_tables(data, fpar, ipar, c, t_lo, t_hi, y0, tau, logu, logp):
         lo = t
         hi = t_hi
         for _ in range(100):
-            val, der = _spline_val_der(data, off_w, n_int, x0, inv_h, t)
+            val, der = spline_val_der(data, off_w, n_int, x0, inv_h, t)
             g = val - target
             if g > 0.0:
                 lo = t
@@ -341,8 +325,7 @@ def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, t
         # the last rank takes what is left (exact); below eps it is where generation stopped
         xr = -math.log(left) if m_rem < 0.5 and left >= eps else x
         xr = max(xr, x)
-        _deposit(split, row, xr, left, h, math.expm1(h), SPLIT)
-        _deposit(floor, row, xr, left, h, math.expm1(h), FLOOR)
+        _deposit_rest(split, floor, row, xr, left, h)
         if left >= eps:
             e1 += left * xr
             e2 += left * xr * xr
@@ -385,6 +368,26 @@ def _power_sum(log_c, s, a, b):
 
 
 @kernel
+def _walk_block(am, k, x, j, sp, h, left, e1, e2, split, floor, row):
+    """Deposit a walk step's ``k`` ranks of mass ``am`` (at most ``left``) over cells j..j+sp.
+
+    The ranks' mean position enters the moments, kept within the span; returns
+    (e1, e2, left, per_cell) updated.
+    """
+    am = min(am, left)
+    _deposit_span(split, floor, row, j, sp, am, k, h)
+    xe = min(max(math.log(k / am), x), (j + sp) * h)
+    return e1 + am * xe, e2 + am * xe * xe, left - am, am / sp
+
+
+@kernel
+def _deposit_rest(split, floor, row, x, mass, h):
+    """The mass a walk leaves at one position ``x``, on both grids."""
+    _deposit(split, row, x, mass, h, math.expm1(h), SPLIT)
+    _deposit(floor, row, x, mass, h, math.expm1(h), FLOOR)
+
+
+@kernel
 def _power_walk(log_c, s, i_next, i_max, x, left, h, eps, split, floor, row):
     """Deposit ranks ``i_next..i_max`` of ``q_i = exp(log_c) i**-s`` by a walk over the cells.
 
@@ -424,22 +427,15 @@ def _power_walk(log_c, s, i_next, i_max, x, left, h, eps, split, floor, row):
                 i_b -= 1
             i_b = min(i_b, i_max)
         if i_b >= i:
-            am = _power_sum(log_c, s, i, i_b)
-            k = float(i_b - i + 1)
-            am = min(am, left)
-            _deposit_span(split, floor, row, j, sp, am, k, h)
-            xe = min(max(math.log(k / am), x), (j + sp) * h)
-            e1 += am * xe
-            e2 += am * xe * xe
-            left -= am
-            per_cell = am / sp
+            e1, e2, left, per_cell = _walk_block(_power_sum(log_c, s, i, i_b),
+                                                 float(i_b - i + 1), x, j, sp, h, left, e1,
+                                                 e2, split, floor, row)
             i = i_b + 1
         x = x_end
         j += sp
         steps += 1
     if i <= i_max and left > 0.0:
-        _deposit(split, row, x, left, h, math.expm1(h), SPLIT)
-        _deposit(floor, row, x, left, h, math.expm1(h), FLOOR)
+        _deposit_rest(split, floor, row, x, left, h)
         left = 0.0
     return e1, e2, steps, left
 
@@ -476,21 +472,14 @@ def _geometric_walk(log_r, log_1mr, i_next, x, left, h, eps, split, floor, row):
         if i_b >= i:
             # sum_{i..i_b} (1 - r) r^m = r^i - r^(i_b + 1)
             am = math.exp(i * log_r) * -math.expm1((i_b + 1 - i) * log_r)
-            k = float(i_b - i + 1)
-            am = min(am, left)
-            _deposit_span(split, floor, row, j, sp, am, k, h)
-            xe = min(max(math.log(k / am), x), (j + sp) * h)
-            e1 += am * xe
-            e2 += am * xe * xe
-            left -= am
-            per_cell = am / sp
+            e1, e2, left, per_cell = _walk_block(am, float(i_b - i + 1), x, j, sp, h, left,
+                                                 e1, e2, split, floor, row)
             i = i_b + 1
         x = x_end
         j += sp
         steps += 1
     if left > 0.0:
-        _deposit(split, row, x, left, h, math.expm1(h), SPLIT)
-        _deposit(floor, row, x, left, h, math.expm1(h), FLOOR)
+        _deposit_rest(split, floor, row, x, left, h)
         left = 0.0
     return e1, e2, steps, left
 
