@@ -96,8 +96,102 @@ class Peaked(Family):
         rest = z1 * b / (a + b) * special.betainc(a, b + 1.0, c)
         return float(top + rest)
 
+    def tempered_family(self, beta: float) -> Family:
+        """Peaked at ``beta = 1 / T``: its top-1 mass becomes ``r(m)`` (:class:`_TemperedPeaked`)."""
+        return self if beta == 1.0 else _TemperedPeaked(self, beta)
+
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         m = rng.beta(self.a, self.b)
         z = np.arange(1, self.vocab, dtype=np.float64) ** -self.s
         w = np.concatenate(([m], (1.0 - m) * z / z.sum())) ** beta
         return np.sort(w / w.sum())[::-1]
+
+
+class _TemperedPeaked(Family):
+    """``peaked(a, b, s, vocab)`` tempered at ``beta = 1 / T``, with its exact spine law.
+
+    Given the top-1 mass m, tempering keeps the shape: the top token gets
+    ``r(m) = m^beta / (m^beta + c (1 - m)^beta)`` with ``c = H(V - 1, beta s) / H(V - 1, s)^beta``
+    (H the Zipf sums), and the rest ``1 - r`` is spread Zipf(beta s) over the other V - 1
+    tokens. So the spine law is a tempered Beta law (:func:`brwsim.spinelaw.tempered_beta_law`)
+    for the top token plus, for the rest, the same law at ``(b, a, beta, -log c)`` convolved
+    with the fixed Zipf(beta s) law, and the moments and E[max q] are one-dimensional
+    integrals over the log-odds of m (:func:`brwsim.spinelaw.beta_logit_expect`). What
+    ``tempered(family=peaked(...), T=...)`` uses; not a family of its own name.
+    """
+
+    name = "tempered"
+
+    def __init__(self, peaked: Peaked, beta: float) -> None:
+        self.peaked, self.beta = peaked, float(beta)
+        v = peaked.vocab
+        self._log_h1 = 0.0 if v == 2 else math.log(zipf_sum(v - 1, peaked.s, 0))
+        self._log_hb = 0.0 if v == 2 else math.log(zipf_sum(v - 1, self.beta * peaked.s, 0))
+        self.log_c = self._log_hb - self.beta * self._log_h1
+        if not math.isfinite(self.log_c):
+            raise ValueError(f"log c = {self.log_c} at beta = {self.beta:g}")
+
+    def params(self) -> dict[str, Any]:
+        return {"family": self.peaked, "T": 1.0 / self.beta}
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        return self.peaked.components(beta * self.beta)
+
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        return self.peaked.sample_full(rng, beta * self.beta)
+
+    def tempered_family(self, beta: float) -> Family:
+        return self.peaked.tempered_family(beta * self.beta)
+
+    def _zipf(self) -> tuple[float, float]:
+        """Entropy and ``sum z log^2 z`` of the rest's Zipf(beta s) shares."""
+        if self.peaked.vocab == 2:
+            return 0.0, 0.0
+        return _zipf_moments_at(self.beta * self.peaked.s, self.peaked.vocab - 1)
+
+    def _expect(self, f, upper: float = math.inf) -> float:
+        """``E[f(log r, log(1 - r)); L < upper]`` over the top-1 mass's log-odds L
+        (:func:`brwsim.spinelaw.beta_logit_expect`), ``r = sigma(beta L - log c)``."""
+        beta, log_c = self.beta, self.log_c
+
+        def g(L):
+            z = beta * L - log_c
+            return f(-float(np.logaddexp(0.0, -z)), -float(np.logaddexp(0.0, z)))
+
+        return SL.beta_logit_expect(self.peaked.a, self.peaked.b, g, upper=upper)
+
+    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
+        """Exact: mu, mu2 and E[H^2] by quadrature over the top-1 mass's log-odds."""
+        hz, m2z = self._zipf()
+
+        def ent(lr, l1r):
+            r, q = math.exp(lr), math.exp(l1r)
+            return -r * lr - q * l1r + q * hz
+
+        def sq(lr, l1r):
+            r, q = math.exp(lr), math.exp(l1r)
+            return r * lr * lr + q * (l1r * l1r - 2.0 * l1r * hz + m2z)
+
+        return Moments(self._expect(ent), self._expect(sq),
+                       h2=self._expect(lambda lr, l1r: ent(lr, l1r) ** 2))
+
+    def spine_law(self) -> SL.SpineLaw:
+        """Exact: the tempered top-1 law plus the rest's law convolved with Zipf(beta s)."""
+        a, b, beta, log_c = self.peaked.a, self.peaked.b, self.beta, self.log_c
+        mom = self.moments()
+        top = SL.tempered_beta_law(a, b, beta, log_c)
+        comp = SL.tempered_beta_law(b, a, beta, -log_c)
+        if self.peaked.vocab == 2:
+            zipf = SL.SpineSteps.atoms([0.0], [1.0])
+        else:
+            zipf = Zipf(beta * self.peaked.s, self.peaked.vocab - 1).spine_law()
+        rest = SL.ConvolvedLaw(comp, zipf, math.nan, math.nan)
+        return SL.SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
+
+    def top1_mean(self) -> float:
+        """E[max(r, (1 - r) z_1)], z_1 the largest Zipf(beta s) share: r wins where
+        ``r / (1 - r) = e^{beta L} / c`` exceeds z_1."""
+        z1 = math.exp(-self._log_hb)
+        l0 = (self.log_c - self._log_hb) / self.beta         # log-odds where r / (1 - r) = z_1
+        below = self._expect(lambda lr, l1r: z1 * math.exp(l1r) - math.exp(lr), upper=l0)
+        return float(self._expect(lambda lr, l1r: math.exp(lr)) + below)

@@ -162,6 +162,82 @@ def test_sampled_law_agrees_with_the_exact_law_within_its_standard_error():
     assert np.all(prediction_with_se(fam, [1, 64]).se == 0)
 
 
+def _tempered_top_mass(a, b, beta, c, x):
+    """E[r; -log r < x] by direct quadrature over the Beta(a, b) top-1 mass m (reference),
+    in ``v = (1 - m)^b``, where the density ``m^(a-1) (1-m)^(b-1) dm`` is ``m^(a-1) dv / b``."""
+    from scipy import integrate
+
+    lo = 1.0 / (1.0 + (math.expm1(x) / c) ** (1.0 / beta))     # r(lo) = e^-x
+
+    def f(v):
+        one_m = v ** (1.0 / b)
+        m = 1.0 - one_m
+        r = 1.0 / (1.0 + c * (one_m / m) ** beta) if m > 0 else 0.0
+        return r * m ** (a - 1.0) / b
+
+    val, _ = integrate.quad(f, 0.0, (1.0 - lo) ** b, epsabs=1e-16, epsrel=1e-12, limit=500)
+    return val / special.beta(a, b)
+
+
+@pytest.mark.parametrize("a,b,beta,c", [(8.0, 0.5, 1 / 0.7, 0.19), (2.0, 0.7, 2.0, 0.05),
+                                        (8.0, 0.5, 1 / 1.5, 3.0), (0.5, 3.0, 0.5, 20.0)])
+def test_tempered_beta_law_matches_direct_quadrature(a, b, beta, c):
+    law = SL.tempered_beta_law(a, b, beta, math.log(c))
+    cum = np.concatenate([[0.0], np.cumsum(law.cells(H, 20_000, "floor"))])
+    for j in (1, 2, 3, 10, 17, 100, 257, 1000, 5000, 20_000):
+        ref = _tempered_top_mass(a, b, beta, c, j * H)
+        assert cum[j] == pytest.approx(ref, rel=1e-7, abs=1e-15)
+    # the count measure is the law of -log r: P(-log r < x) = P(B > lo(x)), scipy's betaincc
+    x = np.arange(20_001) * H
+    lo = 1.0 / (1.0 + (np.expm1(x[1:]) / c) ** (1.0 / beta))
+    assert np.abs(law._count_cdf(x)[1:] - special.betaincc(a, b, lo)).max() < 1e-9
+
+
+def test_tempered_beta_law_at_beta_one_is_the_beta_law():
+    for a, b in [(8.0, 0.5), (2.0, 0.7), (0.5, 4.0)]:
+        ref = SL.beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
+        law = SL.tempered_beta_law(a, b, 1.0 + 1e-13, 0.0)    # the general path
+        assert law.mass == pytest.approx(a / (a + b), rel=1e-12)
+        for mode, tol in (("split", 1e-8), ("floor", 1e-10)):
+            diff = np.cumsum(law.cells(H, 20_000, mode)) - np.cumsum(ref.cells(H, 20_000, mode))
+            assert np.abs(diff).max() < tol
+
+
+@pytest.mark.parametrize("fam", [Tempered(Peaked(8.0, 0.5, 1.2, 3000), 0.7),
+                                 Tempered(Peaked(2.0, 0.7, 1.1, 400), 1.5),
+                                 Tempered(Peaked(0.5, 3.0, 0.8, 2), 2.0)], ids=repr)
+def test_tempered_peaked_law_is_exact_and_matches_numpy_monte_carlo(fam):
+    """Tempered Peaked keeps its shape (a tempered top-1 mass and a Zipf(s / T) rest): its
+    exact law, moments and E[max q] against numpy's Beta sampler (5 SE), and its prediction
+    against the law sampled in numba from the kernels (5 SE)."""
+    law = spine_steps(fam)
+    assert law.exact and fam.moments().exact
+    rng = np.random.default_rng(11)
+    samples = [fam.sample_full(rng) for _ in range(20_000)]
+    mc, se = _mc_law(samples, 0.25, 40)
+    exact = _coarse(law.cells(H, 10_001, "floor"), 250)[:40]
+    assert np.all(np.abs(exact - mc) <= 5 * se + 2e-5)
+    mom, n = fam.moments(), len(samples)
+    h = np.array([-(q[q > 0] * np.log(q[q > 0])).sum() for q in samples])
+    m2 = np.array([(q[q > 0] * np.log(q[q > 0]) ** 2).sum() for q in samples])
+    top = np.array([q[0] for q in samples])
+    for value, draws in ((mom.mu, h), (mom.mu2, m2), (mom.h2, h * h), (fam.top1_mean(), top)):
+        assert abs(value - draws.mean()) < 5 * draws.std() / math.sqrt(n)
+    budgets = [1, 64, 4096, 2 ** 20]
+    sampled = prediction_with_se(SL.SampledLaw(fam, seed=2), budgets)
+    pred = prediction_with_se(fam, budgets)
+    assert np.all(pred.se == 0)
+    assert np.all(np.abs(pred.value - sampled.value) <= 5 * sampled.se + 1e-9)
+
+
+def test_tempered_llm_mixture_is_exact():
+    from brwsim.families import DEFAULT_FAMILY
+    from brwsim import parse_family
+
+    fam = Tempered(parse_family(DEFAULT_FAMILY), 0.7)
+    assert spine_steps(fam).exact and fam.moments().exact and fam.top1_mean() is not None
+
+
 def test_families_without_an_exact_law_are_sampled_and_report_their_error():
     for fam in (SoftmaxNormal(1.5, 300), Tempered(Dirichlet(0.3, 20), 0.7)):
         law = spine_steps(fam)
