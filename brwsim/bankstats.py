@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.bank.store import bounds_of, read_bank
 from brwsim.errors import UserError
 from brwsim.families.empirical import Empirical
+from brwsim.lazy import xarray as xr
 from brwsim.simulate import predictions, validate_budgets
 from brwsim.theory import paper_bound
 

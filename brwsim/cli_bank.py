@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.bank import BadInputWarning, import_logprobs
 from brwsim.bankstats import (
@@ -26,6 +25,7 @@ from brwsim.bankstats import (
     plot_entropy_histogram,
 )
 from brwsim.cli_format import format_table, parse_budgets
+from brwsim.lazy import xarray as xr
 
 __all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]
 

@@ -17,7 +17,13 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.kernels.rng import child_key, root_key
-from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, forest_chunk, simulate_chunk, start_threshold
+from brwsim.kernels.tree import (
+    NO_DEPTH_CAP,
+    TOO_FEW,
+    forest_chunk,
+    simulate_chunk,
+    start_threshold,
+)
 from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, check_int, echo
 
 if TYPE_CHECKING:                                    # annotations only: no import cycle

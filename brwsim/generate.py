@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import xarray as xr
 
 from brwsim.engine import check_grow_status, seed_key, validate_budgets
 from brwsim.errors import UserError
@@ -27,6 +26,7 @@ from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.walk import advance, generation_run, path_distributions
+from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
 from brwsim.schema import variable
 from brwsim.validate import check_int

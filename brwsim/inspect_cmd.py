@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.cli_format import format_table
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
+from brwsim.lazy import xarray as xr
 from brwsim.simulate import summarize
 from brwsim.validate import check_output_path
 

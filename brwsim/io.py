@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.errors import UserError
+from brwsim.lazy import xarray as xr
 from brwsim.validate import format_bytes
 from brwsim.version import __version__
 

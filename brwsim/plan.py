@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.cost import CostModel
 from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.io import provenance_attrs
+from brwsim.lazy import xarray as xr
 from brwsim.simulate import simulate, validate_batch, validate_budgets
 
 __all__ = ["plan", "plan_from_runs", "speedup_from_sums", "best_budget"]

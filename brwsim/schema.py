@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-import xarray as xr
+
+from brwsim.lazy import xarray as xr
 
 __all__ = ["Var", "VARIABLES", "attrs", "variable"]
 

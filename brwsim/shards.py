@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
 from brwsim.io import write_netcdf_atomic
+from brwsim.lazy import xarray as xr
 from brwsim.theory import paper_bound, prediction, prediction_with_se, upper_bound
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.engine import (
     run_forest,
@@ -19,6 +18,7 @@ from brwsim.engine import (
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
+from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, Policy, parse_policy
 from brwsim.schema import variable
 from brwsim.theory import (

@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import signal
 
+from brwsim.convolution import fft_convolve
 from brwsim.errors import UserError
 from brwsim.spinelaw import (
     MAX_EXACT_ATOMS,
@@ -155,9 +155,9 @@ def _series_inverse(g: np.ndarray) -> np.ndarray:
     inv = np.array([1.0 / g[0]])
     while inv.size < g.size:
         k = min(2 * inv.size, g.size)
-        err = -signal.fftconvolve(g[:k], inv)[:k]
+        err = -fft_convolve(g[:k], inv)[:k]
         err[0] += 2.0
-        inv = signal.fftconvolve(inv, err)[:k]
+        inv = fft_convolve(inv, err)[:k]
     return inv
 
 
@@ -363,12 +363,12 @@ def _evaluate(steps: SpineLaw, P: np.ndarray, h: float | None, mode: str) -> Pre
     hh = s[1] - s[0]
     one_u = u.copy()
     one_u[0] += 1.0
-    g = signal.fftconvolve(one_u, one_u)[: s.size]
+    g = fft_convolve(one_u, one_u)[: s.size]
     f = steps.cells(hh, s.size, mode)
     dev = np.empty((len(reps), flat.size))
     es = np.exp(s)
     for b, rep in enumerate(reps):
-        du = signal.fftconvolve(g, rep.cells(hh, s.size, mode) - f)[: s.size]
+        du = fft_convolve(g, rep.cells(hh, s.size, mode) - f)[: s.size]
         cu, cm = np.cumsum(du), np.cumsum(es * du)
         jj = np.maximum(j, 0)
         dev[b] = np.where(j >= 0, cu[jj] - np.exp(-t) * cm[jj], 0.0)

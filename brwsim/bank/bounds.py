@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import entr
 
 __all__ = ["entropy_bounds"]
@@ -61,6 +60,8 @@ def _tangent_point(q: float) -> float:
 
     if gap(_INV_E) >= 0.0:  # q == 1/e up to rounding
         return _INV_E
+    from scipy.optimize import brentq  # imported on use: 0.2 s at start-up
+
     return brentq(gap, 1e-300, _INV_E, xtol=1e-15, rtol=1e-12)
 
 

@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
 
 from brwsim.bank import jsonfile, npz
 from brwsim.bank.collect import BadInputWarning, Collector
 from brwsim.bank.store import bank_dataset
 from brwsim.errors import UserError
 from brwsim.io import write_netcdf_atomic
+from brwsim.lazy import xarray as xr
 from brwsim.validate import check_int, check_output_path
 
 __all__ = ["import_logprobs", "READERS"]

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.bank.bounds import entropy_bounds
 from brwsim.bank.rows import (
@@ -29,6 +28,7 @@ from brwsim.bank.rows import (
 )
 from brwsim.errors import UserError
 from brwsim.io import open_dataset, provenance_attrs
+from brwsim.lazy import xarray as xr
 from brwsim.schema import VARIABLES
 from brwsim.validate import check_int
 

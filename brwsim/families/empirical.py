@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.bank.store import load_bank
 from brwsim.errors import UserError
@@ -18,6 +17,7 @@ from brwsim.families.base import (
     tempered_listed,
 )
 from brwsim.kernels import dist as K
+from brwsim.lazy import xarray as xr
 from brwsim.spinelaw import SpineSteps
 
 __all__ = ['Empirical', 'validate_rows']

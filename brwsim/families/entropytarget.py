@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from brwsim.bank.store import bank_entropies
 from brwsim.errors import UserError
@@ -17,6 +16,7 @@ from brwsim.families.geometric import Geometric
 from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
+from brwsim.lazy import xarray as xr
 from brwsim.spinelaw import (
     MAX_EXACT_ATOMS,
     SampledLaw,

@@ -21,8 +21,6 @@ import inspect
 import re
 from typing import Any
 
-from scipy import stats
-
 from brwsim.errors import UserError
 from brwsim.families.base import REGISTRY, Family
 from brwsim.validate import MAX_NESTING, echo
@@ -182,6 +180,8 @@ def _build(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     if key in FAMILIES:
         return bind_call(FAMILIES[key], key, args, kwargs)
     key = key.removeprefix("scipy.").removeprefix("stats.")   # stats.uniform: not the family
+    from scipy import stats  # only here: it costs 0.3-0.8 s to import
+
     dist = getattr(stats, key, None)
     if isinstance(dist, stats.rv_continuous):
         try:

@@ -485,10 +485,11 @@ def _geometric_walk(log_r, log_1mr, i_next, x, left, h, eps, split, floor, row):
 
 
 @kernel
-def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, h, eps, lf, li, head,
-                  logu, logp, tab_y0, tab_n, tau, switch_ratio, switch_rho, noisy,
+def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_cap, h, eps, lf,
+                  li, head, logu, logp, tab_y0, tab_n, tau, switch_ratio, switch_rho, noisy,
                   split, floor, ranks, cells, ent, ent2):
-    """Deposit the whole distributions of ``n_dist`` i.i.d. nodes onto ``split`` and ``floor``.
+    """Deposit the whole distributions of up to ``n_dist`` i.i.d. nodes onto ``split`` and
+    ``floor``; returns how many were deposited.
 
     Node k's distribution (a root drawn with key ``root_key(key, k)``) is generated rank
     by rank with the family's own kernels; each rank (x = -log q, weight q) goes to batch
@@ -502,10 +503,14 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, h, eps, lf, l
     mass mu and ``|M / mu - 1| < switch_rho``; ``switch_ratio = 0`` keeps every rank exact.
 
     Per node, ``ranks[k]`` is the number of ranks generated, ``cells[k]`` the cells
-    walked, ``ent[k]`` its entropy and ``ent2[k]`` its ``sum q (log q)^2``.
+    walked, ``ent[k]`` its entropy and ``ent2[k]`` its ``sum q (log q)^2``. Once the work
+    so far (ranks plus cells) reaches ``work_cap`` and at least ``n_min`` nodes are done,
+    the sampler stops at the end of the current round of ``split.shape[0]`` nodes, so
+    every batch row holds as many nodes.
     """
     n_batch = split.shape[0]
     expm1_h = math.expm1(h)
+    work = 0
     for k in range(n_dist):
         row = k % n_batch
         dkey = root_key(key, np.uint64(k))
@@ -586,3 +591,7 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, h, eps, lf, l
         cells[k] = n_cells
         ent[k] = e1
         ent2[k] = e2
+        work += r + n_cells
+        if work >= work_cap and row == n_batch - 1 and k + 1 >= n_min:
+            return k + 1
+    return n_dist
