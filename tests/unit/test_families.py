@@ -156,3 +156,17 @@ def test_families_with_scipy_distributions_print_a_parsable_deterministic_form(t
     assert again == fam and repr(again) == form
     np.testing.assert_array_equal(again.entropies, fam.entropies)
     assert repr(parse_family(text)) == form          # the same on every construction
+
+
+def test_table_splines_are_scipys_cubic_spline():
+    """The kernels' spline tables (not-a-knot) are scipy.interpolate.CubicSpline's, bit for bit."""
+    from scipy import interpolate
+
+    from brwsim.families.tables import _spline_coef
+
+    rng = np.random.default_rng(1)
+    for n in (4, 5, 1025, 4097):
+        for x in (np.linspace(-60.0, 4.5, n), np.sort(rng.random(n)) * 3.0):
+            y = np.sin(x) * np.exp(0.1 * x) + 0.01 * rng.random(n)
+            ref = np.ascontiguousarray(interpolate.CubicSpline(x, y).c[::-1].T)
+            assert np.array_equal(_spline_coef(x, y), ref)
