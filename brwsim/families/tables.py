@@ -39,6 +39,8 @@ def _spline_coef(u: np.ndarray, y: np.ndarray) -> np.ndarray:
     n = u.size
     if n < 4 or y.shape != u.shape:
         raise ValueError(f"a not-a-knot spline here needs >= 4 points and matching y, got {n}")
+    if not (np.isfinite(u).all() and np.isfinite(y).all()):
+        raise ValueError("spline points must be finite")     # as CubicSpline's check
     dx = np.diff(u)
     slope = np.diff(y) / dx
     A = np.zeros((3, n))
