@@ -62,6 +62,7 @@ __all__ = [
     "SumLaw",
     "ZipfLaw",
     "beta_logit_expect",
+    "log_sigmoids",
     "beta_step_law",
     "tempered_beta_law",
     "geometric_atom_count",
@@ -497,12 +498,18 @@ def _gauss01(n: int) -> tuple[np.ndarray, np.ndarray]:
     return (t + 1.0) / 2.0, w / 2.0
 
 
-_GL2, _GL8 = _gauss01(2), _gauss01(8)
+_GL2, _GL8 = (np.array(_GAUSS2), np.array([0.5, 0.5])), _gauss01(8)   # (nodes, weights) on [0, 1]
 
 
 def _log_tail(a: float, b: float, x: np.ndarray) -> np.ndarray:
     """``log P(-log B < x)`` is not needed; this is the log density of ``-log B`` at x > 0."""
     return -a * x + (b - 1.0) * np.log(-np.expm1(-x)) - special.betaln(a, b)
+
+
+def log_sigmoids(z: float | np.ndarray) -> tuple:
+    """``(log sigma(z), log sigma(-z))``, ``sigma(z) = 1 / (1 + e^-z)``, without overflow:
+    the log-odds ``z`` of a mass m gives ``(log m, log(1 - m))``."""
+    return -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)
 
 
 def _odds_threshold(x: np.ndarray, beta: float, log_c: float) -> tuple[np.ndarray, np.ndarray]:
@@ -513,7 +520,7 @@ def _odds_threshold(x: np.ndarray, beta: float, log_c: float) -> tuple[np.ndarra
     """
     with np.errstate(divide="ignore"):
         log_odds = (log_c - np.log(np.expm1(x))) / beta
-    return -np.logaddexp(0.0, -log_odds), -np.logaddexp(0.0, log_odds)
+    return log_sigmoids(log_odds)
 
 
 def _log_density(a: float, b: float, y: np.ndarray, beta: float, log_c: float) -> np.ndarray:
@@ -670,7 +677,8 @@ def beta_logit_expect(a: float, b: float, f: Callable[[float], float],
     lb = float(special.betaln(a, b))
 
     def g(L):
-        log_w = -a * np.logaddexp(0.0, -L) - b * np.logaddexp(0.0, L) - lb
+        log_s, log_1s = log_sigmoids(L)
+        log_w = a * log_s + b * log_1s - lb
         return f(L) * math.exp(log_w) if log_w > -745.0 else 0.0
 
     with warnings.catch_warnings():
@@ -683,19 +691,15 @@ def beta_logit_expect(a: float, b: float, f: Callable[[float], float],
     return float(val)
 
 
-def _log_sigmoid(z: float) -> float:
-    return -float(np.logaddexp(0.0, -z))
-
-
 def _tempered_beta_rest(a: float, b: float, beta: float, log_c: float, x: float) -> float:
     """``E[1 - r; Y < x]`` of :func:`tempered_beta_law`: ``Y < x`` is ``L > log odds m(x)``."""
     lower = (log_c - math.log(math.expm1(x))) / beta
-    return beta_logit_expect(a, b, lambda L: math.exp(_log_sigmoid(log_c - beta * L)), lower)
+    return beta_logit_expect(a, b, lambda L: math.exp(log_sigmoids(log_c - beta * L)[0]), lower)
 
 
 def _tempered_beta_mean(a: float, b: float, beta: float, log_c: float) -> float:
     """``E[r]``, ``r = sigma(beta L - log c)``: the total mass of :func:`tempered_beta_law`."""
-    return beta_logit_expect(a, b, lambda L: math.exp(_log_sigmoid(beta * L - log_c)))
+    return beta_logit_expect(a, b, lambda L: math.exp(log_sigmoids(beta * L - log_c)[0]))
 
 
 class ZipfLaw(SpineLaw):

@@ -156,7 +156,7 @@ class _TemperedPeaked(Family):
 
         def g(L):
             z = beta * L - log_c
-            return f(-float(np.logaddexp(0.0, -z)), -float(np.logaddexp(0.0, z)))
+            return f(*SL.log_sigmoids(z))
 
         return SL.beta_logit_expect(self.peaked.a, self.peaked.b, g, upper=upper)
 
