@@ -33,7 +33,7 @@ import numpy as np
 from scipy import special
 
 from brwsim.convolution import fft_convolve
-from brwsim.engine import seed_key
+from brwsim.keys import seed_key
 from brwsim.errors import UserError
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ORDERSTAT, OS_LOGW
 from brwsim.kernels.special import spline_eval, zipf_sum

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.engine import node_key
+from brwsim.keys import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.families.ngram import load_corpus

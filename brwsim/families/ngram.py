@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.engine import node_key
+from brwsim.keys import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
