@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from brwsim import __version__, cli_bank
-from brwsim.ceiling import SHAPES, ceiling, implied_entropy
+from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
 from brwsim.cli_format import format_table, parse_budgets
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     ceil.add_argument("--tau", type=float, help="measured tokens per target call (bonus token included)")
     ceil.add_argument("--entropy", type=float, help="mean next-token entropy in nats")
     ceil.add_argument("--shape", choices=["zipf", "zipf-spread", "geometric"],
-                      help="distribution shape (default: all three; see brwsim.ceiling)")
+                      help="distribution shape (default: all three; see brwsim.theory.ceiling)")
     ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
     ceil.set_defaults(func=_cmd_ceiling)
     cli_bank.register(sub)

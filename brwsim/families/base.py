@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from brwsim.kernels.spec import Component, Spec, compile_spec
-from brwsim.spinelaw import Moments, SampledLaw
+from brwsim.theory.laws import Moments
+from brwsim.theory.sampled import SampledLaw
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
@@ -132,11 +133,11 @@ class Family:
         return compile_spec(self.components(1.0), self.context_program(1.0))
 
     def spine_law(self):
-        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.spinelaw`).
+        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.theory.laws`).
 
         Families with a closed form, atoms or a quadrature override this; the default
         samples whole distributions inside numba with the family's own kernels
-        (:class:`~brwsim.spinelaw.SampledLaw`), so predictions carry a standard error.
+        (:class:`~brwsim.theory.sampled.SampledLaw`), so predictions carry a standard error.
         :func:`brwsim.theory.spine_steps` computes it once per instance.
         """
         return SampledLaw(self)
@@ -166,7 +167,7 @@ class Family:
         """mu, mu2 and E[H^2], with standard errors, from the sampled spine law.
 
         Subclasses with closed forms override this. The default reads the per-distribution
-        entropies that :class:`~brwsim.spinelaw.SampledLaw` records while it samples the
+        entropies that :class:`~brwsim.theory.sampled.SampledLaw` records while it samples the
         spine law (``n`` and ``seed`` are ignored).
         """
         law = self.cached_spine_law()
