@@ -24,7 +24,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.lazy import xarray as xr
-from brwsim.validate import format_bytes
+from brwsim.validate import check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
 
 __all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "write_error", "open_dataset"]
@@ -114,10 +114,20 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[
     if missing); on any exception it is deleted and ``path`` is left untouched. The final
     file gets the permissions of a normally created one (``0o666`` minus the umask), not the
     private ``0o600`` of a temporary file, so that shared sweep folders stay readable.
+
+    Only a regular file is ever replaced: a device, named pipe, socket or folder at
+    ``path`` (or a path ending in ``/``) is refused with a :class:`UserError` before
+    anything is created (:func:`brwsim.validate.check_regular_or_absent`), and a folder
+    that cannot be written is reported under ``path``, not under the temporary name.
     """
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+    dest = check_regular_or_absent(path)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise UserError(f"{dest}: disk full: free some space or write elsewhere") from None
+        raise UserError(f"{dest}: cannot write in {dest.parent} ({exc.strerror or exc})") from None
     os.close(fd)
     try:
         yield Path(tmp)
@@ -188,9 +198,7 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
         When the file is missing or is not a readable netCDF file.
     """
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: no such file")
+    p = check_input_file(path, "netCDF file")
     try:
         with xr.open_dataset(p, engine="netcdf4") as ds:
             return ds.load()

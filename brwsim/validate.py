@@ -10,7 +10,15 @@ Documented limits:
 * :func:`check_work_size`: work whose arrays would not fit in the memory available now is
   refused before allocating, with the amount it would need;
 * :func:`check_output_path` / :func:`check_output_dir`: an output is checked to be writable
-  (and the file system to have room) before the work that produces it starts.
+  (and the file system to have room) before the work that produces it starts; an output
+  path that exists must be a regular file (a device, a named pipe, a socket or a folder is
+  refused, never replaced), and a path ending in ``/`` names a folder, so it is refused as
+  a file name (give ``newdir/out.nc``);
+* :func:`check_input_file`: an input (cost table, bank, JSON Lines, corpus, configuration)
+  must be an existing regular file; a named pipe or a device is refused before it is
+  opened (opening a pipe blocks until a writer comes);
+* :func:`check_range`: one numeric-range check (finite, inside documented bounds,
+  integral where an integer is meant) for every parameter of the API and the CLI.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import math
 import numbers
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +40,7 @@ from brwsim.errors import UserError
 __all__ = ["MAX_ECHO", "MAX_NESTING", "echo", "check_int", "check_positive", "check_finite",
            "check_vector", "check_probabilities", "available_memory", "format_bytes",
            "check_work_size", "json_depth", "check_json_depth", "check_output_path",
-           "check_output_dir"]
+           "check_output_dir", "check_input_file", "check_range", "check_regular_or_absent"]
 
 #: Longest echo of user input in an error message (longer ones are cut, with "...").
 MAX_ECHO = 120
@@ -101,6 +110,42 @@ def check_finite(name: str, value: Any) -> float:
         v = math.inf
     if not math.isfinite(v):
         raise UserError(f"{name} must be a finite number, got {echo(value)}")
+    return v
+
+
+def check_range(name: str, value: Any, low: float | None = None, high: float | None = None,
+                *, integer: bool = False, low_open: bool = False, why: str = "") -> float | int:
+    """``value`` as a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``).
+
+    The one numeric-range check of the API and the CLI: booleans, strings, NaN and the
+    infinities are refused, and so is a value outside the documented range (``why`` says
+    why it is bounded, e.g. ``"the step time would overflow"``); with ``integer`` the value
+    must be integral (``4.0`` is accepted) and an ``int`` is returned, checked exactly
+    (no float rounding of ``10**20``).
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        One line naming ``name``, the range and the value.
+    """
+    if integer:
+        lo = -(1 << 63) if low is None else math.ceil(low) + (1 if low_open and low == math.ceil(low) else 0)
+        hi = None if high is None else math.floor(high)
+        try:
+            return check_int(name, value, lo, hi)
+        except UserError as exc:
+            if not why:
+                raise
+            raise UserError(f"{exc} ({why})") from None
+    v = check_finite(name, value)
+    below = low is not None and (v <= low if low_open else v < low)
+    above = high is not None and v > high
+    if below or above:
+        left = "(" if low_open else "["
+        rng = (f"in {left}{low:g}, {high:g}]" if low is not None and high is not None
+               else f">{'' if low_open else '='} {low:g}" if low is not None else f"<= {high:g}")
+        more = f" ({why})" if why else ""
+        raise UserError(f"{name} must be a number {rng}{more}, got {echo(value)}")
     return v
 
 
@@ -227,24 +272,82 @@ def _check_room(folder: Path, nbytes: float, what: str) -> None:
                         f"{format_bytes(free)} free (disk full)")
 
 
+def _kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, for messages (``"a named pipe"``)."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular_or_absent(path: str | os.PathLike[str], what: str = "output") -> Path:
+    """Refuse an output path that exists and is not a regular file (a symlink is followed).
+
+    A device (``/dev/null``), a named pipe, a socket or a folder at ``path`` would be
+    replaced by the rename of an atomic write (or block the writer): refused with one
+    line. A path ending in ``/`` names a folder and is refused as a file name.
+    """
+    text = os.fspath(path)
+    dest = Path(text)
+    if text.endswith(("/", os.sep)):
+        raise UserError(f"{what} {text}: ends in '/', so it names a folder, not a file "
+                        f"(give a file name such as {text}out.nc)")
+    try:
+        st = os.stat(dest)
+    except FileNotFoundError:
+        return dest
+    except OSError as exc:
+        raise UserError(f"{what} {dest}: cannot check it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{what} {dest}: is an existing folder, not a file name")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{what} {dest}: is {_kind(st.st_mode)}, not a regular file "
+                        "(brwsim writes only regular files; it would be replaced)")
+    return dest
+
+
+def check_input_file(path: str | os.PathLike[str], what: str = "input") -> Path:
+    """``path`` as an existing regular file, checked (``stat``) before it is opened.
+
+    A missing path, a folder, a named pipe (opening one blocks until a writer comes) and a
+    device are refused with one line naming ``what`` and the path.
+    """
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"{what} must be a file path, got {echo(path)}")
+    p = Path(path)
+    if os.fspath(path) == "":
+        raise UserError(f"{what}: empty path")
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise UserError(f"{what} {p}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{what} {p}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{what} {p}: is {_kind(st.st_mode)}, not a regular file")
+    return p
+
+
 def check_output_path(path: str | os.PathLike[str], what: str = "output",
                       nbytes: float = 0) -> Path:
     """Check that a file can be written at ``path`` before the work producing it starts.
 
-    Refuses an existing folder at ``path``, a regular file where a parent folder should
-    be, a folder that cannot be written, and (with ``nbytes``) a file system without room
-    for about ``nbytes``. Nothing is left behind: missing parent folders are not created.
+    Refuses an existing folder, device, named pipe or socket at ``path`` (only a regular
+    file is replaced; :func:`check_regular_or_absent`), a path ending in ``/``, a regular
+    file where a parent folder should be, a folder that cannot be written, and (with
+    ``nbytes``) a file system without room for about ``nbytes``. Nothing is left behind:
+    missing parent folders are not created.
 
     Returns
     -------
     pathlib.Path
     """
-    dest = Path(path)
-    label = f"{what} {dest}"
     if str(path) == "":
         raise UserError(f"{what}: empty path")
-    if dest.is_dir():
-        raise UserError(f"{label}: is an existing folder, not a file name")
+    dest = check_regular_or_absent(path, what)
+    label = f"{what} {dest}"
     base = _nearest_existing(dest.parent)
     if not base.is_dir():
         raise UserError(f"{label}: {base} is a file, not a folder")

@@ -4,7 +4,9 @@ Every user error (bad family string, budget, file) prints one line
 ``brwsim: error: ...`` and exits with status 2; no output file is written then. So do the
 faults a user can cause: a full disk, an unwritable output (checked before the work
 starts), memory exhausted, input nested too deeply. A closed stdout (``brwsim inspect F |
-head``) ends quietly with status 141 (128 + SIGPIPE), Ctrl-C with 130.
+head``) ends quietly with status 141 (128 + SIGPIPE), Ctrl-C with 130; a stdout that cannot
+be written (``> /dev/full``) ends in ``brwsim: error: writing stdout: No space left on
+device`` and status 2 (the final flush is made here, not at interpreter exit).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import errno
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from brwsim import __version__
 from brwsim.cli import bank, inspect, plan, run, sweep, theory
@@ -44,9 +47,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every failure a user can cause ends in one line on stderr and status 2: a
     :class:`~brwsim.errors.UserError`, a full disk or another operating-system error on a
     file, memory exhausted, or input nested too deeply (RecursionError). A closed stdout
-    (a pipe into ``head``) ends quietly with status 141; Ctrl-C with 130.
+    (a pipe into ``head``) ends quietly with status 141; Ctrl-C with 130; a stdout that
+    cannot be written (``> /dev/full``) ends in "writing stdout: ..." and status 2.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    guard = _StdoutGuard(sys.stdout)
+    sys.stdout = guard
+    try:
+        return _main(argv, guard)
+    finally:
+        if sys.stdout is guard:
+            sys.stdout = guard.stream
+
+
+def _main(argv: list[str], guard: "_StdoutGuard") -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -54,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(["run", *argv])
         args.argv = argv
         code = int(args.func(args) or 0)
-        sys.stdout.flush()                # a closed pipe shows here, not at interpreter exit
+        sys.stdout.flush()                # a closed pipe or a full disk shows here, not at exit
         return code
     except BrokenPipeError:
         _silence_stdout()
@@ -63,13 +77,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("brwsim: interrupted", file=sys.stderr)
         return 130
     except (UserError, MemoryError, RecursionError, OSError) as exc:
-        _error_line(exc)
+        if guard.failed is not None and exc is guard.failed:
+            _silence_stdout()              # or the interpreter's last flush fails again: 120
+            _error_line(exc, stdout=True)
+        else:
+            _error_line(exc)
         return 2
 
 
-def _error_line(exc: BaseException) -> None:
-    """Print the one-line message of a failure a user can cause."""
-    if isinstance(exc, UserError):
+class _StdoutGuard:
+    """sys.stdout during :func:`main`: remembers a failed write or flush (``> /dev/full``),
+    so that error is reported as stdout's, not as a file's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _error_line(exc: BaseException, stdout: bool = False) -> None:
+    """Print the one-line message of a failure a user can cause (``stdout``: writing it)."""
+    if stdout:
+        msg = f"writing stdout: {getattr(exc, 'strerror', None) or exc}"
+    elif isinstance(exc, UserError):
         msg = str(exc)
     elif isinstance(exc, MemoryError):
         msg = "out of memory: use fewer iterations, budgets or grid points"

@@ -44,9 +44,8 @@ _TOKEN = re.compile(r"""\s*(?:(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(
 def _tokens(text: str, what: str = "family") -> list[tuple[str, str, int]]:
     out = []
     pos = 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
+    end = len(text.rstrip())        # computed once: the loop stays linear in the text
+    while pos < end:
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             raise UserError(f"cannot parse {what} {echo(text)} at character {pos}")
