@@ -33,6 +33,7 @@ from typing import Any, Union
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.validate import check_input_file
 
 __all__ = ["GPU", "GPUS", "Roofline", "MeasuredTable", "Constant", "Drafter", "CostModel",
            "get_gpu", "make_cost"]
@@ -231,7 +232,7 @@ class MeasuredTable:
     @classmethod
     def from_csv(cls, path: str | Path) -> "MeasuredTable":
         """Read a CSV with a header naming ``tokens`` and ``ms`` columns (other columns ignored)."""
-        p = Path(path)
+        p = check_input_file(path, "cost table")       # a named pipe would block the open
         try:
             with p.open(newline="") as fh:
                 rows = list(csv.reader(fh))

@@ -23,7 +23,7 @@ from brwsim.bank.store import bank_dataset
 from brwsim.errors import UserError
 from brwsim.io import write_netcdf_atomic
 from brwsim.lazy import xarray as xr
-from brwsim.validate import check_int, check_output_path
+from brwsim.validate import check_input_file, check_int, check_output_path
 
 __all__ = ["import_logprobs", "READERS"]
 
@@ -42,8 +42,7 @@ def _check_paths(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     if not out:
         raise UserError("import-logprobs: no input files given")
     for p in out:
-        if not p.is_file():
-            raise UserError(f"{p}: no such file")
+        check_input_file(p, "input")
         if p.suffix.lower() not in READERS:
             raise UserError(f"{p}: unknown format '{p.suffix}' (expected one of "
                             f"{', '.join(READERS)})")

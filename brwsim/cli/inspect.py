@@ -22,7 +22,7 @@ from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
 from brwsim.simulate import summarize
 from brwsim.textform import format_table
-from brwsim.validate import check_output_path
+from brwsim.validate import check_input_file, check_output_path
 
 _FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
 
@@ -50,9 +50,7 @@ def open_results(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any],
     brwsim.errors.UserError
         When the file is missing, unreadable or holds no brwsim data.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: no such file")
+    p = check_input_file(path, "input")
     try:
         groups = xr.open_groups(p, engine="netcdf4")
     except (OSError, ValueError) as exc:

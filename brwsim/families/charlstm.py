@@ -25,6 +25,7 @@ from brwsim.kernels.lstm import HDR, head_width, lstm_probs
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
 from brwsim.theory.laws import BatchedAtoms, SpineSteps
+from brwsim.validate import check_input_file
 
 __all__ = ["CharLSTM", "SHIPPED", "WINDOW", "META_TOKEN"]
 
@@ -88,8 +89,11 @@ def _load(weights_path: str, vocab_path: str) -> tuple[np.ndarray, dict[str, int
     import h5py
 
     what = f"weights file {weights_path!r}"
-    if not os.path.isfile(weights_path):
+    if not os.path.exists(weights_path):
         raise UserError(f"{what} not found")
+    check_input_file(weights_path, "weights file")
+    if os.path.exists(vocab_path):
+        check_input_file(vocab_path, "vocabulary file")
     try:
         with open(vocab_path, encoding="utf-8") as fh:
             vocab = json.load(fh)

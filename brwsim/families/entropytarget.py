@@ -25,7 +25,7 @@ from brwsim.theory.laws import (
 )
 from brwsim.theory.sampled import SampledLaw
 from brwsim.theory.zipf_laws import ZipfLaw
-from brwsim.validate import MAX_VOCAB
+from brwsim.validate import MAX_VOCAB, check_input_file
 
 __all__ = ["EntropyTarget"]
 
@@ -99,7 +99,9 @@ class EntropyTarget(Family):
         if isinstance(entropies, (str, os.PathLike, xr.Dataset)):
             if not isinstance(entropies, xr.Dataset):
                 self._source = entropies = str(entropies)
-                if not Path(entropies).is_file():
+                if Path(entropies).exists():
+                    check_input_file(entropies, "entropies: bank file")
+                else:
                     raise UserError(f"entropies: no such bank file {entropies!r} (give entropy "
                                     "values in nats, a distribution such as lognorm(s=0.5), "
                                     "or a bank written by brwsim import-logprobs)")

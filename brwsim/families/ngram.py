@@ -28,6 +28,7 @@ from brwsim.kernels.ngram import HDR, HDR_ORDER, kn_moments, kn_table, ngram_ini
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
 from brwsim.theory.laws import SpineSteps
+from brwsim.validate import check_input_file
 
 __all__ = ["CORPORA", "CORPUS_DIR", "NGram"]
 
@@ -44,6 +45,8 @@ _TOP = 1 << 30
 
 
 def _read(path: Path, what: str) -> str:
+    if path.exists():
+        check_input_file(path, what)      # a named pipe or a device: refused, not opened
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -69,8 +72,8 @@ def load_corpus(corpus: Any) -> str:
                             "python experiments/build_corpora.py")
         return _read(path, "corpus file")
     if "\n" not in corpus:
-        if os.path.isfile(corpus):
-            return _read(Path(corpus), "corpus file")
+        if os.path.isfile(corpus) or (os.path.exists(corpus) and not os.path.isdir(corpus)):
+            return _read(Path(corpus), "corpus file")      # a pipe or device is refused there
         if _PATHLIKE.search(corpus):
             raise UserError(f"corpus file {corpus!r} not found (a one-line text with a '/' or a "
                             "file extension is taken as a path; end the text with a newline "

@@ -67,7 +67,8 @@ from brwsim.cost import make_cost
 from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
-from brwsim.validate import check_int, echo
+from brwsim.theory.predict import check_family
+from brwsim.validate import check_input_file, check_int, echo
 
 __all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT",
            "COST_KEYS"]
@@ -261,6 +262,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | SweepConfig
         raise UserError(f"a sweep configuration must be a TOML file path, a mapping or a "
                         f"SweepConfig, got {echo(source)}")
     path = Path(source)
+    if path.exists():
+        check_input_file(path, "configuration file")   # not a pipe or a device: it would block
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -583,7 +586,9 @@ def _build_points(where: str, name: str, fixed: dict[str, Any],
     for combo in itertools.product(*grid.values()):
         kwargs = {**fixed, **dict(zip(keys, combo))}
         try:
-            yield _build(name, kwargs)
+            family = _build(name, kwargs)
+            check_family(family)          # exactly as ``brwsim run`` checks its family
+            yield family
         except (UserError, TypeError, ValueError) as exc:
             raise _point_error(where, name, fixed, grid, kwargs, exc) from None
 

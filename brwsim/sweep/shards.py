@@ -6,10 +6,11 @@ bound, the renewal prediction; chunk ``-1``). A worker runs the task and writes 
 ``shards/p<point>_c<chunk>.nc`` or ``shards/p<point>_theory.nc``, atomically through
 :func:`brwsim.io.write_netcdf_atomic`. Shards carry the configuration hash, their key and
 their shape in attributes, Fletcher-32 checksums on every array variable and a SHA-256
-(attribute ``checksum_sha256``) of every scalar variable (``mu``, ``mu2``, ``mu_se``,
-``mu2_se``, ``h2``) and every other attribute (``nodes_visited``, ``x_max``, ...), which
-netCDF cannot checksum, so :func:`read_shard` can tell a complete shard of this sweep from
-a corrupt, partial, edited or foreign one.
+(attribute ``checksum_sha256``) of every variable's values (scalars such as ``mu``, and the
+arrays' bytes: an element edited through netCDF, which recomputes the Fletcher-32, is
+caught), every coordinate and every other attribute (``nodes_visited``, ``x_max``, ...),
+so :func:`read_shard` can tell a complete shard of this sweep from a corrupt, partial,
+edited or foreign one.
 
 Chunk shards hold exact sufficient statistics per budget (sums and sums of squares, each
 summed with :func:`math.fsum`, and the histogram of X), plus the raw per-iteration arrays
@@ -37,7 +38,7 @@ from brwsim.theory import paper_bound, prediction, prediction_with_se, upper_bou
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
            "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
 
-SHARD_FORMAT = 2
+SHARD_FORMAT = 3      # 3: the SHA-256 covers the arrays too
 THEORY_CHUNK = -1
 RAW_VARS = ("accepted", "expected_accepted", "depth")
 #: Per-budget sums in chunk shards: (name, source raw variable, squared?)
@@ -60,11 +61,13 @@ _CHECKSUM = {"fletcher32": True}
 _DIGEST = "checksum_sha256"
 
 
-def _scalar_digest(ds: xr.Dataset) -> str:
-    """SHA-256 of the shard's scalar variables and attributes (all but the digest itself).
+def _digest(ds: xr.Dataset) -> str:
+    """SHA-256 of the shard's variables, coordinates and attributes (all but the digest).
 
-    Floats enter as ``float.hex`` (exact), so any changed bit is detected; the array
-    variables are covered by their Fletcher-32 checksums.
+    Scalars and attributes enter as JSON with floats as ``float.hex`` (exact); arrays
+    (variables and coordinates) as their name, shape and bytes in a canonical dtype
+    (int64 for integers, float64 for floats, little-endian), so any changed element is
+    detected, whatever netCDF recomputed.
     """
     def norm(v: Any) -> Any:
         v = v.item() if isinstance(v, np.generic) else v
@@ -72,18 +75,27 @@ def _scalar_digest(ds: xr.Dataset) -> str:
             return [norm(x) for x in v.tolist()]
         return float(v).hex() if isinstance(v, float) else v if isinstance(v, (int, str)) else repr(v)
 
+    h = hashlib.sha256()
     scalars = {name: norm(ds[name].values.item()) for name in sorted(ds.data_vars)
                if ds[name].ndim == 0}
     attrs = {k: norm(v) for k, v in sorted(ds.attrs.items()) if k != _DIGEST}
-    text = json.dumps({"scalars": scalars, "attrs": attrs}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    h.update(json.dumps({"scalars": scalars, "attrs": attrs}, sort_keys=True).encode())
+    arrays = {**{n: ds[n] for n in ds.data_vars if ds[n].ndim > 0},
+              **{f"coord:{n}": ds.coords[n] for n in ds.coords}}
+    for name in sorted(arrays):
+        values = np.asarray(arrays[name].values)
+        kind = "<i8" if values.dtype.kind in "iub" else "<f8" if values.dtype.kind == "f" else None
+        h.update(f"|{name}|{values.shape}|".encode())
+        h.update(np.ascontiguousarray(values, dtype=kind).tobytes() if kind
+                 else repr(values.tolist()).encode())
+    return h.hexdigest()
 
 
 def _seal(ds: xr.Dataset) -> xr.Dataset:
     """Turn on Fletcher-32 for every variable and record the scalar digest."""
     for var in ds.variables.values():
         var.encoding.update(_CHECKSUM)
-    ds.attrs[_DIGEST] = _scalar_digest(ds)
+    ds.attrs[_DIGEST] = _digest(ds)
     return ds
 
 
@@ -296,7 +308,7 @@ def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
     except Exception:  # noqa: BLE001 - any failure to read (HDF5, netCDF, checksum) = corrupt
         return None
     a = ds.attrs
-    if a.get(_DIGEST) != _scalar_digest(ds):
+    if a.get(_DIGEST) != _digest(ds):
         return None
     expect = {"brwsim_shard_format": SHARD_FORMAT, "config_hash": config_hash,
               "point": point, "chunk": chunk}
