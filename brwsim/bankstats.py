@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.bank.store import bounds_of, read_bank
+from brwsim.io import atomic_path, write_error
 from brwsim.errors import UserError
 from brwsim.families.empirical import Empirical
 from brwsim.lazy import xarray as xr
@@ -171,6 +172,9 @@ def plot_entropy_histogram(stats: BankStats, out: str | os.PathLike[str],
     ax.set_title(title or f"{stats.positions} positions, k = {stats.k}", fontsize=10)
     ax.legend(fontsize=8)
     try:
-        fig.savefig(dest, dpi=120)
+        with atomic_path(dest) as tmp:     # a full disk leaves no 0-byte file behind
+            fig.savefig(tmp, dpi=120, format=dest.suffix.lstrip(".").lower() or "png")
     except (OSError, ValueError) as exc:
-        raise UserError(f"{dest}: cannot write the figure ({exc})") from None
+        err = write_error(dest, exc)       # "disk full", or a UserError passed through
+        raise (err if isinstance(err, UserError)
+               else UserError(f"{dest}: cannot write the figure ({exc})")) from None

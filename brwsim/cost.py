@@ -33,24 +33,33 @@ from typing import Any, Union
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.validate import check_input_file
+from brwsim.validate import check_input_file, check_range
 
 __all__ = ["GPU", "GPUS", "Roofline", "MeasuredTable", "Constant", "Drafter", "CostModel",
            "get_gpu", "make_cost"]
 
 
-def _positive(name: str, value: Any, zero_ok: bool = False) -> float:
-    """``value`` as a finite float > 0 (>= 0 with ``zero_ok``), or a one-line UserError."""
-    if isinstance(value, bool):
-        raise UserError(f"{name} must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
-        raise UserError(f"{name} must be {'non-negative' if zero_ok else 'positive'} and finite, "
-                        f"got {value!r}")
-    return v
+#: Documented range of every cost quantity (SI units: FLOP/s, bytes/s, bytes, seconds).
+#: Outside it a step time would overflow, underflow or turn a speedup into inf/NaN
+#: (``params = 1e308``, ``ms = 1e-320``); the bounds are far beyond any real hardware.
+RANGES: dict[str, tuple[float, float]] = {
+    "peak_flops": (1e3, 1e21), "bandwidth": (1e3, 1e18), "memory": (0.0, 1e18),
+    "params": (1.0, 1e15), "bytes_per_param": (1e-3, 1e3), "kv_bytes_per_token": (0.0, 1e12),
+    "context": (0.0, 1e12), "seconds": (1e-9, 1e6), "drafter": (0.0, 1e6), "tokens": (1.0, 1e12),
+}
+
+
+def _positive(name: str, value: Any, zero_ok: bool = False, kind: str = "seconds") -> float:
+    """``value`` checked by :func:`brwsim.validate.check_range` against ``RANGES[kind]``.
+
+    ``zero_ok`` admits an exact 0 (no overhead, no drafter) below the range's low end.
+    """
+    low, high = RANGES[kind]
+    if zero_ok and not isinstance(value, bool) and isinstance(value, (int, float, np.number)) \
+            and value == 0:
+        return 0.0
+    return check_range(name, value, low, high,
+                       why="outside the documented range of brwsim.cost.RANGES")
 
 
 @dataclass(frozen=True)
@@ -78,9 +87,9 @@ class GPU:
     source: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "peak_flops", _positive(f"{self.name}: peak FLOP/s", self.peak_flops))
-        object.__setattr__(self, "bandwidth", _positive(f"{self.name}: memory bandwidth", self.bandwidth))
-        object.__setattr__(self, "memory", _positive(f"{self.name}: memory", self.memory, zero_ok=True))
+        object.__setattr__(self, "peak_flops", _positive(f"{self.name}: peak FLOP/s", self.peak_flops, kind="peak_flops"))
+        object.__setattr__(self, "bandwidth", _positive(f"{self.name}: memory bandwidth", self.bandwidth, kind="bandwidth"))
+        object.__setattr__(self, "memory", _positive(f"{self.name}: memory", self.memory, zero_ok=True, kind="memory"))
 
 
 #: Datasheet numbers: dense BF16 tensor FLOP/s (the sparsity figures are twice these) and
@@ -155,10 +164,11 @@ class Roofline:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu", get_gpu(self.gpu))
-        object.__setattr__(self, "params", _positive("params", self.params))
-        object.__setattr__(self, "bytes_per_param", _positive("bytes_per_param", self.bytes_per_param))
-        for name in ("kv_bytes_per_token", "context", "overhead"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name), zero_ok=True))
+        object.__setattr__(self, "params", _positive("params", self.params, kind="params"))
+        object.__setattr__(self, "bytes_per_param", _positive("bytes_per_param", self.bytes_per_param, kind="bytes_per_param"))
+        for name, kind in (("kv_bytes_per_token", "kv_bytes_per_token"), ("context", "context"),
+                           ("overhead", "seconds")):
+            object.__setattr__(self, name, _positive(name, getattr(self, name), True, kind))
 
     def bytes_moved(self, batch: Any) -> np.ndarray:
         """Bytes read by one call of a batch of ``batch`` requests."""
@@ -223,6 +233,12 @@ class MeasuredTable:
         if np.any(s <= 0) or np.any(np.diff(s) < 0):
             raise UserError(f"cost table{self._where()}: times must be positive and non-decreasing "
                             "in tokens (average repeated timings first)")
+        (_, thi), (slo, shi) = RANGES["tokens"], RANGES["seconds"]
+        if np.any(t > thi) or np.any(s < slo) or np.any(s > shi):
+            raise UserError(f"cost table{self._where()}: tokens must be <= {thi:g} and times in "
+                            f"[{slo * 1e3:g}, {shi * 1e3:g}] ms (the documented range of "
+                            f"brwsim.cost.RANGES), got up to {t.max():g} tokens and times "
+                            f"{s.min() * 1e3:g}..{s.max() * 1e3:g} ms")
         object.__setattr__(self, "tokens", tuple(t.tolist()))
         object.__setattr__(self, "seconds", tuple(s.tolist()))
 
@@ -304,8 +320,8 @@ class Drafter:
     per_node: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "per_level", _positive("drafter per_level", self.per_level, True))
-        object.__setattr__(self, "per_node", _positive("drafter per_node", self.per_node, True))
+        object.__setattr__(self, "per_level", _positive("drafter per_level", self.per_level, True, "drafter"))
+        object.__setattr__(self, "per_node", _positive("drafter per_node", self.per_node, True, "drafter"))
 
     def time(self, depth: Any, nodes: Any) -> np.ndarray:
         """Seconds of drafting a forest of ``depth`` levels and ``nodes`` nodes."""
@@ -352,6 +368,19 @@ class CostModel:
                 f"{d.per_node * 1e3:g} ms/node")
 
 
+def _ms(name: str, value: Any, zero_ok: bool = False, kind: str = "seconds",
+        scale: float = 1e-3) -> float:
+    """An option in user units (ms, TFLOP/s, TB/s) times ``scale``, range-checked in SI units
+    (the message names the option and its value as given)."""
+    v = check_range(name, value)
+    if zero_ok and v == 0:
+        return 0.0
+    low, high = RANGES[kind]
+    check_range(name, v, low / scale, high / scale,
+                why="outside the documented range of brwsim.cost.RANGES")
+    return v * scale
+
+
 def make_cost(*, gpu: str | None = None, params: float | None = None, bytes_per_param: float = 2.0,
               kv_bytes_per_token: float = 0.0, context: float = 0.0, overhead_ms: float = 0.0,
               peak_tflops: float | None = None, bandwidth_tbs: float | None = None,
@@ -363,22 +392,27 @@ def make_cost(*, gpu: str | None = None, params: float | None = None, bytes_per_
     ``params`` with ``gpu`` (a preset) or ``peak_tflops`` and ``bandwidth_tbs`` (which
     override a preset's numbers).
     """
-    drafter = Drafter(_positive("draft_level_ms", draft_level_ms, True) / 1e3,
-                      _positive("draft_node_ms", draft_node_ms, True) / 1e3)
+    drafter = Drafter(_ms("draft_level_ms", draft_level_ms, True, "drafter"),
+                      _ms("draft_node_ms", draft_node_ms, True, "drafter"))
     chosen = [x is not None for x in (table, constant_ms, params)]
     if sum(chosen) != 1:
         raise UserError("cost: give exactly one verifier: a cost table, a constant call time, "
                         "or params (with a gpu or peak_tflops and bandwidth_tbs)")
+    roofline_only = [name for name, v in (("gpu", gpu), ("peak_tflops", peak_tflops),
+                                          ("bandwidth_tbs", bandwidth_tbs)) if v is not None]
+    if params is None and roofline_only:
+        raise UserError(f"cost: {', '.join(roofline_only)} apply to a roofline (params) only, "
+                        "not to a cost table or a constant call time")
     if table is not None:
         return CostModel(MeasuredTable.from_csv(table), drafter)
     if constant_ms is not None:
-        return CostModel(Constant(_positive("constant_ms", constant_ms) / 1e3), drafter)
+        return CostModel(Constant(_ms("constant_ms", constant_ms)), drafter)
     if peak_tflops is not None or bandwidth_tbs is not None:
         base = get_gpu(gpu) if gpu is not None else None
         if base is None and (peak_tflops is None or bandwidth_tbs is None):
             raise UserError("cost: a custom GPU needs both peak_tflops and bandwidth_tbs")
-        flops = _positive("peak_tflops", peak_tflops) * 1e12 if peak_tflops is not None else base.peak_flops
-        bw = _positive("bandwidth_tbs", bandwidth_tbs) * 1e12 if bandwidth_tbs is not None else base.bandwidth
+        flops = _ms("peak_tflops", peak_tflops, kind="peak_flops", scale=1e12) if peak_tflops is not None else base.peak_flops
+        bw = _ms("bandwidth_tbs", bandwidth_tbs, kind="bandwidth", scale=1e12) if bandwidth_tbs is not None else base.bandwidth
         device = GPU(base.name + " (modified)" if base else "custom", flops, bw)
     elif gpu is None:
         raise UserError("cost: a roofline needs a gpu (one of " + ", ".join(GPUS) + ") or "
@@ -386,5 +420,5 @@ def make_cost(*, gpu: str | None = None, params: float | None = None, bytes_per_
     else:
         device = get_gpu(gpu)
     verifier = Roofline(params, device, bytes_per_param, kv_bytes_per_token, context,
-                        _positive("overhead_ms", overhead_ms, True) / 1e3)
+                        _ms("overhead_ms", overhead_ms, True))
     return CostModel(verifier, drafter)

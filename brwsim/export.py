@@ -40,11 +40,14 @@ from brwsim.errors import UserError
 from brwsim.families import Family, parse_family
 from brwsim.policies import Chain, Policy, parse_policy
 from brwsim.simulate import simulate
+from brwsim.validate import check_range, echo
 
 __all__ = ["Schedule", "ENGINES", "predicted_schedule", "schedule_from_rates", "engine_settings"]
 
 #: Engines :func:`engine_settings` writes for.
 ENGINES = ("vllm", "sglang", "tensorrt_llm")
+#: Most decimal places :func:`engine_settings` writes.
+MAX_DIGITS = 15
 
 
 class Schedule(NamedTuple):
@@ -111,8 +114,8 @@ def predicted_schedule(family, policy="chain()", budget: int = 4, iterations: in
         Root seed.
     positions : int, optional
         Number of positions K of the schedule (default: ``budget`` for a chain, else the
-        deepest accepted path seen, at least 1). Rates beyond K are cut (an engine with K
-        draft slots cannot accept more).
+        deepest accepted path seen, at least 1), at most ``budget``. Rates beyond K are cut
+        (an engine with K draft slots cannot accept more).
 
     Returns
     -------
@@ -130,13 +133,13 @@ def predicted_schedule(family, policy="chain()", budget: int = 4, iterations: in
     if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) \
             or iterations < 2:
         raise UserError(f"iterations must be an integer >= 2, got {iterations!r}")
+    if positions is not None:  # an accepted path holds at most ``budget`` draft tokens
+        positions = check_range("positions", positions, 1, int(budget), integer=True,
+                                why="an accepted path holds at most budget tokens")
     ds = simulate(fam, [int(budget)], int(iterations), seed=seed, policies=[pol])
     x = np.asarray(ds.accepted.values).reshape(-1).astype(np.int64)
     if positions is None:
         positions = int(budget) if isinstance(pol, Chain) else max(1, int(x.max()))
-    elif isinstance(positions, bool) or not isinstance(positions, (int, np.integer)) \
-            or positions < 1:
-        raise UserError(f"positions must be an integer >= 1, got {positions!r}")
     xk = np.minimum(x, positions)
     rates = np.array([(xk >= i).mean() for i in range(1, positions + 1)])
     return Schedule(rates, 1.0 + float(xk.mean()), float(xk.std(ddof=1) / math.sqrt(xk.size)))
@@ -152,7 +155,8 @@ def engine_settings(schedule: Schedule, engines=ENGINES, digits: int = 4) -> dic
     engines : sequence of str, default all of :data:`ENGINES`
         Which engines to write for.
     digits : int, default 4
-        Decimal places of the written numbers (rates are kept non-increasing).
+        Decimal places of the written numbers, 0 to :data:`MAX_DIGITS` (rates are kept
+        non-increasing).
 
     Returns
     -------
@@ -163,6 +167,12 @@ def engine_settings(schedule: Schedule, engines=ENGINES, digits: int = 4) -> dic
     """
     if not isinstance(schedule, Schedule):
         raise UserError(f"schedule must be a brwsim.export.Schedule, got {schedule!r}")
+    digits = check_range("digits", digits, 0, MAX_DIGITS, integer=True,
+                         why="float64 holds about 15 significant digits")
+    if isinstance(engines, str) or not isinstance(engines, (list, tuple)) \
+            or not all(isinstance(e, str) for e in engines):
+        raise UserError(f"engines must be a list of engine names ({', '.join(ENGINES)}), "
+                        f"got {echo(engines)}")
     bad = [e for e in engines if e not in ENGINES]
     if bad or isinstance(engines, str):
         raise UserError(f"unknown engine(s) {bad or engines!r}; known: {', '.join(ENGINES)}")

@@ -29,7 +29,7 @@ from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
 from brwsim.schema import variable
-from brwsim.validate import check_int
+from brwsim.validate import check_int, check_work_size
 
 __all__ = ["generate", "path_moments", "PathMoments"]
 
@@ -68,6 +68,8 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         raise UserError(f"family must be a brwsim family, got {family!r}")
     b = validate_budgets([budget])
     tokens = check_int("tokens", tokens, 1)
+    check_work_size(float(tokens) * 32, f"generate: {tokens} tokens",      # 5 arrays of width tokens
+                    "generate fewer tokens")
     spec = family.spec()
     width = int(tokens)                      # at least one token per call
     acc = np.empty((1, width), np.int32)

@@ -282,6 +282,11 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _check_path_type(path: Any, what: str) -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"{what} must be a file path (str or os.PathLike), got {echo(path)}")
+
+
 def check_regular_or_absent(path: str | os.PathLike[str], what: str = "output") -> Path:
     """Refuse an output path that exists and is not a regular file (a symlink is followed).
 
@@ -289,6 +294,7 @@ def check_regular_or_absent(path: str | os.PathLike[str], what: str = "output") 
     replaced by the rename of an atomic write (or block the writer): refused with one
     line. A path ending in ``/`` names a folder and is refused as a file name.
     """
+    _check_path_type(path, what)
     text = os.fspath(path)
     dest = Path(text)
     if text.endswith(("/", os.sep)):
@@ -314,8 +320,7 @@ def check_input_file(path: str | os.PathLike[str], what: str = "input") -> Path:
     A missing path, a folder, a named pipe (opening one blocks until a writer comes) and a
     device are refused with one line naming ``what`` and the path.
     """
-    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
-        raise UserError(f"{what} must be a file path, got {echo(path)}")
+    _check_path_type(path, what)
     p = Path(path)
     if os.fspath(path) == "":
         raise UserError(f"{what}: empty path")
@@ -344,6 +349,7 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output",
     -------
     pathlib.Path
     """
+    _check_path_type(path, what)
     if str(path) == "":
         raise UserError(f"{what}: empty path")
     dest = check_regular_or_absent(path, what)
@@ -359,6 +365,7 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output",
 def check_output_dir(path: str | os.PathLike[str], what: str = "output folder",
                      nbytes: float = 0) -> Path:
     """Like :func:`check_output_path` for a folder (which may exist; a file there is refused)."""
+    _check_path_type(path, what)
     dest = Path(path)
     label = f"{what} {dest}"
     if str(path) == "":

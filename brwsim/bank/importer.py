@@ -23,7 +23,7 @@ from brwsim.bank.store import bank_dataset
 from brwsim.errors import UserError
 from brwsim.io import write_netcdf_atomic
 from brwsim.lazy import xarray as xr
-from brwsim.validate import check_input_file, check_int, check_output_path
+from brwsim.validate import MAX_VOCAB, check_input_file, check_int, check_output_path
 
 __all__ = ["import_logprobs", "READERS"]
 
@@ -113,8 +113,8 @@ def import_logprobs(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     """
     files = _check_paths(paths)
     col = Collector(skip_bad=skip_bad,
-                    top_k=None if top_k is None else check_int("top_k", top_k, 1),
-                    vocab=None if vocab is None else check_int("vocab", vocab, 1))
+                    top_k=None if top_k is None else check_int("top_k", top_k, 1, MAX_VOCAB),
+                    vocab=None if vocab is None else check_int("vocab", vocab, 1, MAX_VOCAB))
     if out is not None:          # writable, before reading the inputs (not after)
         check_output_path(out, "--out")
     for path in files:

@@ -15,6 +15,7 @@ from brwsim.families import DEFAULT_FAMILY, parse_family
 from brwsim.io import atomic_path, write_netcdf_atomic
 from brwsim.plan import plan
 from brwsim.textform import format_table, parse_budgets
+from brwsim.validate import check_output_path
 
 __all__ = ["register"]
 
@@ -64,6 +65,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import numpy as np
 
 
+    if args.out:
+        check_output_path(args.out, "--out")          # before the simulation, not after it
     family = parse_family(args.family)
     sizes = parse_batch_sizes(args.batch)
     budgets = parse_budgets(args.budgets)
@@ -74,12 +77,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     roofline = args.cost_table is None and args.constant_ms is None
     if roofline and args.params is None:
         raise UserError("plan: give --params (the target model's parameters) or --cost-table FILE")
-    cost = make_cost(gpu=(args.gpu or "h100") if roofline else None,
-                     params=args.params if roofline else None,
+    gpu = args.gpu if args.gpu is not None else "h100" if roofline else None   # '' is refused
+    cost = make_cost(gpu=gpu, params=args.params,     # make_cost refuses a mixed verifier
                      bytes_per_param=args.bytes_per_param, kv_bytes_per_token=args.kv_bytes_per_token,
                      context=args.context, overhead_ms=args.overhead_ms,
-                     peak_tflops=args.peak_tflops if roofline else None,
-                     bandwidth_tbs=args.bandwidth_tbs if roofline else None,
+                     peak_tflops=args.peak_tflops, bandwidth_tbs=args.bandwidth_tbs,
                      table=args.cost_table, constant_ms=args.constant_ms,
                      draft_level_ms=args.draft_level_ms, draft_node_ms=args.draft_node_ms)
     show = not args.quiet and sys.stderr.isatty()
@@ -112,6 +114,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import json
 
 
+    if args.out:
+        check_output_path(args.out, "--out")
     sched = predicted_schedule(args.family, args.policy, args.budget, args.iterations,
                                args.seed, args.positions)
     out = engine_settings(sched)

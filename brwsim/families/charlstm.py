@@ -25,7 +25,7 @@ from brwsim.kernels.lstm import HDR, head_width, lstm_probs
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
 from brwsim.theory.laws import BatchedAtoms, SpineSteps
-from brwsim.validate import check_input_file
+from brwsim.validate import check_input_file, echo
 
 __all__ = ["CharLSTM", "SHIPPED", "WINDOW", "META_TOKEN"]
 
@@ -253,6 +253,9 @@ class CharLSTM(Family):
                 raise UserError(f"the corpus has {len(text)} characters; a root window needs "
                                 f"{WINDOW}")
             self._roots = self.encode(text)
+            if not self._roots.any():
+                raise UserError(f"corpus: none of its {len(text)} characters is in the model's "
+                                "vocabulary (every root would be padding)")
         self._roots.setflags(write=False)
         self._cprog: np.ndarray | None = None
 
@@ -270,6 +273,9 @@ class CharLSTM(Family):
     # -- text <-> classes ----------------------------------------------------------------
     def encode(self, text: Any) -> np.ndarray:
         """Classes of ``text`` (a string or a list of tokens such as ``"<s>"``), unknown -> 0."""
+        if not isinstance(text, (str, list, tuple)) or not all(isinstance(t, str) for t in text):
+            raise UserError(f"text must be a string or a list of token strings, got "
+                            f"{echo(text)}")
         get = self._vocab.get
         return np.array([get(ch, 0) for ch in text], dtype=np.int64)
 

@@ -94,7 +94,7 @@ class EntropyTarget(Family):
             hmax = math.log(self.vocab)
         else:
             self.vocab = None
-            hmax = math.inf
+            hmax = math.log(MAX_VOCAB)   # an effective vocabulary of at most 2**40 tokens
         self._source = entropies if hasattr(entropies, "ppf") else None
         if isinstance(entropies, (str, os.PathLike, xr.Dataset)):
             if not isinstance(entropies, xr.Dataset):

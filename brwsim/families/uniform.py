@@ -7,11 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.families.base import Component, Family, Moments, check_int
+from brwsim.families.base import Component, Family, Moments
 from brwsim.kernels import dist as K
 from brwsim.theory.laws import SpineLaw, SpineSteps
+from brwsim.validate import check_range
 
-__all__ = ["Uniform"]
+__all__ = ["Uniform", "MAX_UNIFORM_K"]
+
+#: Largest k: the kernels draw the sampled token at a node by walking its ranks (O(k) per
+#: node, capped at 2**24 ranks), so a larger k would be both wrong and endless.
+MAX_UNIFORM_K = 1 << 24
 
 
 class Uniform(Family):
@@ -19,13 +24,19 @@ class Uniform(Family):
 
     With k**1 + ... + k**d nodes the optimal tree holds the first d full levels and
     E[X | T] = d exactly.
+
+    ``k`` is at most :data:`MAX_UNIFORM_K` (2**24): drawing the sampled token walks the
+    ranks, O(k) per node, so simulations slow down in proportion to k (the theory,
+    ``brwsim theory``, answers at once for any k).
     """
 
     name = "uniform"
     example = "uniform(k=3)"
 
     def __init__(self, k: int) -> None:
-        self.k = check_int("k", k, 2)
+        self.k = check_range("k", k, 2, MAX_UNIFORM_K, integer=True,
+                             why="the kernels draw a node's sampled token by walking its ranks, "
+                                 "at most 2**24 of them")
 
     def params(self) -> dict[str, Any]:
         return {"k": self.k}

@@ -44,17 +44,19 @@ def undo_claim(out: Path, state: FolderState) -> None:
     shards = out / "shards"
     if shards.is_dir() and any(shards.glob("p*.nc")):
         return
-    with contextlib.suppress(OSError):
-        if state.created_shards:
-            for tmp in shards.glob(".*.tmp"):
-                tmp.unlink()
-            shards.rmdir()
-        if state.created_config:
-            (out / "config.json").unlink(missing_ok=True)
-        if state.created_lock:
-            (out / ".lock").unlink(missing_ok=True)     # still held: no one else has it
-        if state.created_dir:
-            out.rmdir()
+    steps = []                # each on its own: one failing (shards/ never made) skips none
+    if state.created_shards:
+        steps += [tmp.unlink for tmp in shards.glob(".*.tmp")] + [shards.rmdir]
+    if state.created_config:
+        steps.append((out / "config.json").unlink)
+    if state.created_lock:
+        steps.append((out / ".lock").unlink)         # still held: no one else has it
+    steps += [tmp.unlink for tmp in out.glob(".config.json.*.tmp")]
+    if state.created_dir:
+        steps.append(out.rmdir)
+    for step in steps:
+        with contextlib.suppress(OSError):
+            step()
 
 
 # --- the output folder -------------------------------------------------------------------

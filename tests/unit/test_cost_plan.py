@@ -90,7 +90,7 @@ def test_malformed_tables_refused(tmp_path, text, match):
 
 
 def test_missing_or_binary_table(tmp_path):
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(UserError, match="nope.csv: no such file"):
         MeasuredTable.from_csv(tmp_path / "nope.csv")
     (tmp_path / "b.csv").write_bytes(b"\xff\xfe\x00\x81")
     with pytest.raises(UserError, match="cost table"):
