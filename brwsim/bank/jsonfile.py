@@ -73,8 +73,11 @@ def read_json_file(col: Collector, path: Path) -> bool:
     if path.suffix.lower() == ".json" and not _looks_like_json_lines(path):
         return _read_json_document(col, path, seqs)
     nonblank = False
+    bar = _progress(path)
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line, raw in enumerate(fh, start=1):
+            if bar is not None:
+                bar.update(len(raw))
             payload = _json_payload(raw)
             if payload is None:
                 continue
@@ -91,8 +94,31 @@ def read_json_file(col: Collector, path: Path) -> bool:
                         line_level=True)
                 continue
             _read_record(col, record, loc, line, seqs)
+    if bar is not None:
+        bar.close()
     col.flush()
     return nonblank
+
+
+#: Files at least this large show a progress bar while read (on stderr, when a terminal).
+PROGRESS_BYTES = 8 << 20
+
+
+def _progress(path: Path) -> Any:
+    """A tqdm bar in characters read (about bytes) for a large file, or None: only when
+    stderr is a terminal and the file holds at least :data:`PROGRESS_BYTES`."""
+    import sys
+
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if size < PROGRESS_BYTES or not sys.stderr.isatty():
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=size, unit="B", unit_scale=True, desc=f"import {path.name}"[:40],
+                file=sys.stderr, leave=False)
 
 
 def _read_json_document(col: Collector, path: Path, seqs: Sequences) -> bool:

@@ -26,6 +26,7 @@ from brwsim.bankstats import (
 )
 from brwsim.lazy import xarray as xr
 from brwsim.textform import format_table, parse_budgets
+from brwsim.validate import check_output_path
 
 __all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]
 
@@ -207,6 +208,8 @@ def _register_stats(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run_stats(args: argparse.Namespace) -> int:
     """Run ``brwsim bank-stats`` with parsed arguments; print the report."""
+    if args.plot:
+        check_output_path(args.plot, "--plot")     # before the work, as every output
     stats = bank_stats(args.bank, parse_budgets(args.budgets), vocab=args.vocab)
     print(format_bank_stats(stats, args.bank))
     if args.plot:
