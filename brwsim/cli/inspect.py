@@ -22,7 +22,7 @@ from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
 from brwsim.simulate import summarize
 from brwsim.textform import format_table
-from brwsim.validate import check_input_file, check_output_path
+from brwsim.validate import check_input_file, check_output_path, check_regular_or_absent
 
 _FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
 
@@ -196,6 +196,7 @@ def plot(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     """
     from matplotlib.figure import Figure
 
+    check_regular_or_absent(out, "--out")            # a trailing '/' names a folder
     p, dest = Path(path), Path(out)
     if not dest.suffix:
         dest = dest.with_name(dest.name + ".png")
