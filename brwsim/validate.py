@@ -302,7 +302,7 @@ def check_regular_or_absent(path: str | os.PathLike[str], what: str = "output") 
                         f"(give a file name such as {text}out.nc)")
     try:
         st = os.stat(dest)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):   # the parent check says what is wrong
         return dest
     except OSError as exc:
         raise UserError(f"{what} {dest}: cannot check it ({exc.strerror or exc})") from None
