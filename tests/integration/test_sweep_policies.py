@@ -1,8 +1,8 @@
 """Drafting policies as a sweep dimension (``[[sweep.policy]]``, docs/sweeps.md).
 
-The optimal tree under a policy grid must be the plain sweep's, bit for bit (same roots);
-every policy must equal ``run_policy`` on those roots (common random numbers), never beat
-the oracle on any tree, and resume and parallelise like any other sweep.
+Every policy of a family point must equal ``run_policy`` on that point's roots (common
+random numbers; ``optimal()`` is ``run_iterations``), never beat the oracle on any tree,
+and resume and parallelise like any other sweep.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _run(tmp: Path, text: str, out: str, **kw) -> xr.Dataset:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("policy_sweep")
-    return tmp, _run(tmp, HEAD + POLICIES, "pol"), _run(tmp, HEAD, "plain")
+    return tmp, _run(tmp, HEAD + POLICIES, "pol")
 
 
 def test_config_expands_tables_into_a_policy_dimension():
@@ -79,16 +79,15 @@ def test_config_expands_tables_into_a_policy_dimension():
     assert keys[0] == keys[1] == keys[2] != keys[3] == keys[4] == keys[5]
 
 
-def test_layout_and_the_oracle_is_the_plain_sweep(runs):
-    _, pol, plain = runs
+def test_layout(runs):
+    _, pol = runs
     assert list(pol["policy"].values) == NAMES
     assert pol["accepted"].dims == ("alpha", "policy", "budget", "iteration")
-    for var in ("accepted", "expected_accepted", "depth"):
-        np.testing.assert_array_equal(pol[var].sel(policy="optimal()").values, plain[var].values)
+    assert pol["expected_mean"].dims == ("alpha", "policy", "budget")
 
 
 def test_each_policy_is_run_policy_on_the_same_roots(runs):
-    tmp, pol, _ = runs
+    tmp, pol = runs
     cfg = load_config(tmp / "pol.toml")
     for point, (alpha, name) in enumerate([(a, n) for a in (0.05, 0.3) for n in NAMES]):
         fam = parse_family(f"dirichlet(alpha={alpha}, vocab=100)")
@@ -101,7 +100,7 @@ def test_each_policy_is_run_policy_on_the_same_roots(runs):
 
 
 def test_no_policy_beats_the_oracle_on_any_tree(runs):
-    _, pol, _ = runs
+    _, pol = runs
     best = pol["expected_accepted"].sel(policy="optimal()")
     gap = best - pol["expected_accepted"]
     assert float(gap.min()) >= -1e-12
@@ -109,7 +108,7 @@ def test_no_policy_beats_the_oracle_on_any_tree(runs):
 
 
 def test_two_jobs_and_resume_are_identical(runs, tmp_path):
-    tmp, pol, _ = runs
+    tmp, pol = runs
     again = _run(tmp_path, HEAD + POLICIES, "jobs2", jobs=2)
     xr.testing.assert_identical(again.drop_attrs(), pol.drop_attrs())
 
