@@ -126,7 +126,7 @@ def run_policy(policy: Policy, spec: Spec, budgets: np.ndarray, seed_key: np.uin
                count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Iterations ``first .. first + count - 1`` of one policy: the numba call, few checks.
 
-    The analogue of :func:`brwsim.simulate.run_iterations` for any policy, on the same
+    The analogue of :func:`brwsim.engine.run_iterations` for any policy, on the same
     environment (the root of iteration i is ``root_key(seed_key, i)``).
 
     Parameters
@@ -136,9 +136,9 @@ def run_policy(policy: Policy, spec: Spec, budgets: np.ndarray, seed_key: np.uin
     spec : Spec
         The family's compiled form (``family.spec()``).
     budgets : numpy.ndarray
-        Sorted distinct positive int64 budgets (see :func:`brwsim.simulate.validate_budgets`).
+        Sorted distinct positive int64 budgets (see :func:`brwsim.engine.validate_budgets`).
     seed_key : numpy.uint64
-        Root key of the run (:func:`brwsim.simulate.seed_key`).
+        Root key of the run (:func:`brwsim.keys.seed_key`).
     first, count : int
         Iteration range.
 
