@@ -1,5 +1,7 @@
-"""``python -m brwsim.cli``: the ``brwsim`` command (used by tests that need a process)."""
+"""``python -m brwsim.cli``: the ``brwsim`` command."""
+
+import sys
 
 from brwsim.cli.main import main
 
-raise SystemExit(main())
+sys.exit(main())
