@@ -25,7 +25,6 @@ assumptions and where they break are in ``docs/cost.md``.
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
