@@ -335,10 +335,13 @@ def _text_file(tmp_path: Path) -> Path:
     (lambda tmp, bank: bank, ["--vocab", "4"], "tail mass .* cannot be spread"),
     (lambda tmp, bank: bank, ["--vocab", "0"], "vocab must be a positive integer"),
     (lambda tmp, bank: bank, ["--budgets", "0"], "budgets must be"),
-    (lambda tmp, bank: bank, ["--plot", "/nonexistent-dir/x.png"], "cannot write the figure"),
+    (lambda tmp, bank: bank, ["--plot", "PLOT_UNDER_A_FILE"], "is a file, not a folder"),
 ])
 def test_bank_stats_errors_exit_2_with_one_line(bank, tmp_path, capsys, make, extra, pattern):
     path = make(tmp_path, bank)
+    if "PLOT_UNDER_A_FILE" in extra:      # missing folders are created: a file blocks the way
+        (tmp_path / "afile").write_text("x")
+        extra = [str(tmp_path / "afile" / "x.png") if a == "PLOT_UNDER_A_FILE" else a for a in extra]
     code = main(["bank-stats", str(path), "--budgets", "1", *extra])
     _out, err = capsys.readouterr()
     assert code == 2
