@@ -32,7 +32,7 @@ def test_plan_prints_table_and_writes_file(tmp_path, capsys):
     (["--params", "0"], "params"),
     ([], "--params"),
     (["--cost-table", "TABLE"], "non-decreasing"),
-    (["--cost-table", "MISSING"], "cannot read"),
+    (["--cost-table", "MISSING"], "no such file"),
     (["--params", "8e9", "--iterations", "0"], "iterations"),
     (["--params", "8e9", "--draft-level-ms", "-1"], "draft_level_ms"),
 ])
