@@ -273,7 +273,8 @@ class CharLSTM(Family):
     # -- text <-> classes ----------------------------------------------------------------
     def encode(self, text: Any) -> np.ndarray:
         """Classes of ``text`` (a string or a list of tokens such as ``"<s>"``), unknown -> 0."""
-        if not isinstance(text, (str, list, tuple)) or not all(isinstance(t, str) for t in text):
+        if not isinstance(text, str) and not (isinstance(text, (list, tuple))
+                                              and all(isinstance(t, str) for t in text)):
             raise UserError(f"text must be a string or a list of token strings, got "
                             f"{echo(text)}")
         get = self._vocab.get
