@@ -49,6 +49,9 @@ import math
 
 import numpy as np
 
+from numba import types
+from numba.extending import overload
+
 from brwsim.kernels import kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
@@ -78,6 +81,11 @@ ROOT_DRAW = -1      # ``pd`` of a root whose context is drawn from the stationar
 ROOT_PRESET = -2    # ``pd`` of a root whose context the caller has written into its level
 
 EMPTY = -1      # a level proven to have no rank above the caller's cut-off
+
+#: dtype of ``kinds`` of a family without NGRAM or LSTM components (see :func:`kinds_dtype`).
+PLAIN_KINDS = np.int64
+#: dtype of ``kinds`` of a family with an NGRAM or LSTM component.
+CONTEXTUAL_KINDS = np.int32
 
 # ORDERSTAT table layout inside data: three splines of n_int x 4 coefficients each.
 OS_LOGW, OS_LOGM1, OS_LOGM2 = range(3)
@@ -420,14 +428,43 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
             lf[d, 1] = data[i + 1]
             li[d, 3] = ipar[c, 2]
             li[d, 0] = ZIPF
-    elif kind == NGRAM:
-        # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
-        li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
-    elif kind == LSTM:
-        # ranks into head[d, :V], their classes into head[d, V:], the state after them
-        n_list = li[pd, 3] if pd >= 0 else 0
-        li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
-                             pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
+    elif kind == NGRAM or kind == LSTM:
+        _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank)
+
+
+def kinds_dtype(kinds) -> type:
+    """The dtype of a family's ``kinds`` array: :data:`CONTEXTUAL_KINDS` when a component is
+    an NGRAM or LSTM, else :data:`PLAIN_KINDS`.
+
+    The dtype selects, at compile time, whether :func:`dist_init` contains the n-gram and
+    LSTM code (:func:`_contextual_init`): the LSTM's kernels are the larger part of a cold
+    compilation, and a family without them never needs them compiled.
+    """
+    return CONTEXTUAL_KINDS if any(int(k) in (NGRAM, LSTM) for k in kinds) else PLAIN_KINDS
+
+
+def _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+    """Set up an NGRAM or LSTM level (a plain-kinds family has none: never called)."""
+    raise NotImplementedError("only called from numba kernels")
+
+
+@overload(_contextual_init, jit_options={"_nrt": False})
+def _contextual_init_impl(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+    if not (isinstance(kinds, types.Array) and kinds.dtype == types.int32):
+        def plain(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+            li[d, 3] = 0                  # unreachable: a plain family has no such component
+        return plain
+
+    def contextual(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+        if kind == NGRAM:
+            # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
+            li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
+        else:
+            # ranks into head[d, :V], their classes into head[d, V:], the state after them
+            n_list = li[pd, 3] if pd >= 0 else 0
+            li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
+                                 pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
+    return contextual
 
 
 @kernel

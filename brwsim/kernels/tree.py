@@ -317,7 +317,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         if n == _TOO_DEEP:
             root_row = head[0]          # a preset root may keep its state in its head row
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
-            head[0, :] = root_row
+            for j in range(root_row.shape[0]):      # (a slice assignment would compile numba's
+                head[0, j] = root_row[j]            # shape-mismatch message: 25 s of string code)
             continue
         visited += cap if n == _ABORT else n
         core = n if n < p_max else _within(pos, n, t)

@@ -185,6 +185,11 @@ class SweepConfig:
         The configuration as JSON-serialisable data (stored in the outputs).
     hash : str
         SHA-256 (hex) of the canonical JSON of ``normalized``.
+    cost : SweepCost or None
+        The ``[sweep.cost]`` table, parsed.
+    written : frozenset of str
+        The ``[sweep]`` keys the configuration itself sets (the rest of ``normalized`` are
+        defaults); not part of the hash.
     """
 
     seed: int
@@ -197,6 +202,7 @@ class SweepConfig:
     normalized: dict[str, Any]
     hash: str
     cost: Any = None
+    written: frozenset = frozenset()
 
     @property
     def n_points(self) -> int:
@@ -326,7 +332,7 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
     digest = hashlib.sha256(json.dumps(normalized, sort_keys=True).encode()).hexdigest()
     return SweepConfig(seed, iterations, chunk, budgets, method,
                        title or f"brwsim sweep over {sum(b.n_points for b in blocks)} points",
-                       blocks, normalized, digest, cost)
+                       blocks, normalized, digest, cost, frozenset(sweep))
 
 
 def _batch(value: Any) -> int | list[int]:

@@ -1,0 +1,67 @@
+"""A new user's first ``brwsim run``: cold (empty numba cache) and warm, from a fresh HOME.
+
+Runs ``brwsim run --quiet --out ''`` (the README's first command, the default family and
+budgets 1 .. 4096, 2000 iterations) twice in fresh processes with ``HOME`` set to a new
+empty directory: the first call compiles the kernels it needs into
+``$HOME/.cache/brwsim-numba`` (cold), the second loads them (warm). ``NUMBA_CACHE_DIR`` is
+removed from the environment so that the cache is the fresh HOME's. Prints both wall-clock
+times, the machine's load average before and after (the machine is shared), and what the
+cold run said on stderr (the compile notice).
+
+Run: ``python benchmarks/bench_startup.py`` (two to three minutes cold on the shared
+2-core machine). ``--repeat N`` times the warm run N times (best and worst printed).
+Targets (issue 26): cold at most 45 s, warm at most 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+    return elapsed, done
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=1, help="warm runs (default 1)")
+    ap.add_argument("--args", default="", help="extra arguments to brwsim run, e.g. \"--iterations 200\"")
+    args = ap.parse_args(argv)
+    exe = shutil.which("brwsim") or sys.exit("brwsim is not on PATH (pip install -e .)")
+    cmd = [exe, "run", "--quiet", "--out", "", *args.args.split()]
+    home = tempfile.mkdtemp(prefix="brwsim-home-")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["HOME"] = home
+    try:
+        load0 = os.getloadavg()
+        cold, done = _timed(cmd, env)
+        warm = [_timed(cmd, env)[0] for _ in range(max(1, args.repeat))]
+        load1 = os.getloadavg()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(f"command: HOME=<fresh> {' '.join(cmd[1:])}")
+    print(f"cores: {os.cpu_count()}   load average (1, 5, 15 min) before: "
+          f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}   after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print(f"cold: {cold:.1f} s")
+    if len(warm) == 1:
+        print(f"warm: {warm[0]:.2f} s")
+    else:
+        print(f"warm: best {min(warm):.2f} s, worst {max(warm):.2f} s over {len(warm)} runs")
+    notice = done.stderr.strip()
+    print("cold stderr:" + ("\n  " + notice.replace("\n", "\n  ") if notice else " (nothing)"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
