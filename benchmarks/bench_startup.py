@@ -8,6 +8,11 @@ removed from the environment so that the cache is the fresh HOME's. Prints both 
 times, the machine's load average before and after (the machine is shared), and what the
 cold run said on stderr (the compile notice).
 
+The code timed is the ``brwsim`` package that ``python -c "import brwsim"`` finds in that
+environment: ``PYTHONPATH=<a checkout>`` times another version (e.g. a ``git archive`` of
+main) with the same installed dependencies; do not edit the sources while it runs (the
+cache is keyed by a hash of them, so the warm run would compile again).
+
 Run: ``python benchmarks/bench_startup.py`` (two to three minutes cold on the shared
 2-core machine). ``--repeat N`` times the warm run N times (best and worst printed).
 Targets (issue 26): cold at most 45 s, warm at most 5 s.
@@ -50,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         load1 = os.getloadavg()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    print(f"command: HOME=<fresh> {' '.join(cmd[1:])}")
+    where = subprocess.run([sys.executable, "-c", "import brwsim; print(brwsim.__file__)"], env=env,
+                           capture_output=True, text=True).stdout.strip()
+    print(f"command: HOME=<fresh> brwsim {' '.join(cmd[1:])}   (code: {where})")
     print(f"cores: {os.cpu_count()}   load average (1, 5, 15 min) before: "
           f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}   after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     print(f"cold: {cold:.1f} s")
