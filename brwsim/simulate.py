@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -242,6 +243,9 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
         data = {k: v for k, v in data.items() if v.dims != ("budget",)}
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
     attrs["family"] = repr(family)
+    inputs = family.input_files()
+    if inputs:                            # a bank, corpus or weights file: its SHA-256 by path
+        attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     attrs["moments_exact"] = int(mom.exact)
     return xr.Dataset(data, coords, attrs)
 

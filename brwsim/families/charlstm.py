@@ -228,6 +228,8 @@ class CharLSTM(Family):
         self.weights = os.fspath(weights)
         self.vocab = None if vocab is None else os.fspath(vocab)
         self._block, self._vocab, nc, e, u = _load(wpath, vpath)
+        self._record_input(wpath)
+        self._record_input(vpath)
         self.vocab_size = nc - 1
         chars = ["\x00"] * nc
         for ch, i in self._vocab.items():

@@ -56,7 +56,7 @@ import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ from brwsim.cost import make_cost
 from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
+from brwsim.io import file_sha256
 from brwsim.validate import check_int, echo
 
 __all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT",
@@ -143,6 +144,14 @@ class Block:
         """Grid shape (one entry per swept parameter; ``()`` for a single point)."""
         return tuple(len(v) for v in self.grid.values())
 
+    def input_sha256(self) -> dict[str, str]:
+        """SHA-256 of every file the sweep reads, by path: the TOML file and the files of
+        every point's family (banks, corpora, weights)."""
+        out = dict(self.source_sha256 or {})
+        for p in self.points():
+            out.update(p.family.input_files())
+        return out
+
     @property
     def n_points(self) -> int:
         """Number of parameter points of the block."""
@@ -190,6 +199,8 @@ class SweepConfig:
     written : frozenset of str
         The ``[sweep]`` keys the configuration itself sets (the rest of ``normalized`` are
         defaults); not part of the hash.
+    source_sha256 : dict of str to str
+        SHA-256 of the TOML file by path (empty for a mapping).
     """
 
     seed: int
@@ -203,6 +214,7 @@ class SweepConfig:
     hash: str
     cost: Any = None
     written: frozenset = frozenset()
+    source_sha256: Any = None
 
     @property
     def n_points(self) -> int:
@@ -281,9 +293,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | SweepConfig
     except RecursionError:
         raise UserError(f"{path}: invalid TOML: nested too deeply") from None
     try:
-        return _from_mapping(data)
+        cfg = _from_mapping(data)
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
+    return replace(cfg, source_sha256={str(path): file_sha256(path)})
 
 
 def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:

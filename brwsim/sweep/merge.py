@@ -70,6 +70,7 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
                              chunk=cfg.chunk, prediction_method=cfg.prediction)
                 if cfg.cost is not None:
                     attrs["cost"] = cfg.cost.describe()
+                attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
                     _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
