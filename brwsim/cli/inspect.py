@@ -123,6 +123,9 @@ def _points(summary: xr.Dataset, attrs: dict[str, Any]) -> Iterator[tuple[str, x
             label = str(pt["family_string"].values)
         else:
             label = str(attrs.get("family", "?"))
+        for extra in ("policy", "batch"):        # grid dimensions that are not family parameters
+            if extra in pt.coords and pt[extra].ndim == 0:
+                label += f"   {extra}: {pt[extra].values}"
         yield label, pt
 
 
@@ -315,21 +318,29 @@ def _wrap(text: str, width: int = TITLE_WIDTH, lines: int = 3) -> str:
                                     break_long_words=True, break_on_hyphens=False)) or text
 
 
-def _line_label(label: str, pt: xr.Dataset, common: str) -> str:
+def _family_label(pt: xr.Dataset, attrs: dict[str, Any]) -> str:
+    """A point's family string (a sweep's ``family_string``, else the run's ``family``)."""
+    if "family_string" in pt:
+        return str(pt["family_string"].values)
+    return str(attrs.get("family", "?"))
+
+
+def _line_label(pt: xr.Dataset, attrs: dict[str, Any], common: str) -> str:
     """A point's legend label: its family (unless every line shares it), policy and batch."""
-    parts = [] if label == common else [label]
-    if "policy" in pt.coords and pt["policy"].ndim == 0:
+    family = _family_label(pt, attrs)
+    parts = [] if family == common else [family]
+    if "policy" in pt.coords and pt["policy"].ndim == 0 and str(pt["policy"].values):
         parts.append(str(pt["policy"].values))
     if "batch" in pt and np.ndim(pt["batch"].values) == 0 and int(pt["batch"].values) > 1:
         parts.append(f"B = {int(pt['batch'].values)}")
-    return _short(", ".join(parts) or label)
+    return _short(", ".join(parts) or family)
 
 
 def _plot_group(ax: Any, summary: xr.Dataset, attrs: dict[str, Any], name: str,
                 paper_bound: bool = False, tau: bool = False) -> None:
     points = list(_points(summary, attrs))
-    labels = {label for label, _ in points}
-    common = labels.pop() if len(labels) == 1 and len(points) > 1 else ""
+    families = {_family_label(pt, attrs) for _, pt in points}
+    common = families.pop() if len(families) == 1 and len(points) > 1 else ""
     batch = int(attrs.get("batch", 1) or 1)
     colors = [f"C{i % 10}" for i in range(len(points))]
     bounds = []
@@ -339,11 +350,12 @@ def _plot_group(ax: Any, summary: xr.Dataset, attrs: dict[str, Any], name: str,
         scale = 1.0 / b if tau else 1.0
         y = pt["expected_mean"].values * scale + (1.0 if tau else 0.0)
         ax.errorbar(P, y, yerr=pt["expected_se"].values * scale, fmt="o-", ms=3, lw=1, capsize=2,
-                    color=color, label=_line_label(label, pt, common))
+                    color=color, label=_line_label(pt, attrs, common))
         if "prediction" in pt and np.isfinite(pt["prediction"].values).any():
             ax.plot(P, pt["prediction"].values * scale + (1.0 if tau else 0.0), ":", lw=1.2, color=color)
-        if paper_bound and "paper_bound" in pt and label not in {lab for lab, *_ in bounds}:
-            bounds.append((label, P, pt["paper_bound"].values + (1.0 if tau else 0.0), color))
+        family = _family_label(pt, attrs)
+        if paper_bound and "paper_bound" in pt and family not in {lab for lab, *_ in bounds}:
+            bounds.append((family, P, pt["paper_bound"].values + (1.0 if tau else 0.0), color))
     if "prediction" in summary and np.isfinite(summary["prediction"].values).any():
         ax.plot([], [], "k:", lw=1.2, label="renewal prediction")
     if bounds:                           # drawn without rescaling: it dwarfs the curves
