@@ -343,7 +343,7 @@ def _plot_group(ax: Any, summary: xr.Dataset, attrs: dict[str, Any], name: str,
     common = families.pop() if len(families) == 1 and len(points) > 1 else ""
     batch = int(attrs.get("batch", 1) or 1)
     colors = [f"C{i % 10}" for i in range(len(points))]
-    bounds = []
+    bounds, predicted = [], set()
     for (label, pt), color in zip(points, colors):
         P = pt["budget"].values
         b = int(pt["batch"].values) if "batch" in pt and np.ndim(pt["batch"].values) == 0 else batch
@@ -351,19 +351,25 @@ def _plot_group(ax: Any, summary: xr.Dataset, attrs: dict[str, Any], name: str,
         y = pt["expected_mean"].values * scale + (1.0 if tau else 0.0)
         ax.errorbar(P, y, yerr=pt["expected_se"].values * scale, fmt="o-", ms=3, lw=1, capsize=2,
                     color=color, label=_line_label(pt, attrs, common))
-        if "prediction" in pt and np.isfinite(pt["prediction"].values).any():
-            ax.plot(P, pt["prediction"].values * scale + (1.0 if tau else 0.0), ":", lw=1.2, color=color)
         family = _family_label(pt, attrs)
+        if ("prediction" in pt and np.isfinite(pt["prediction"].values).any()
+                and (family, b) not in predicted):       # the optimal tree's: once per family
+            predicted.add((family, b))
+            ax.plot(P, pt["prediction"].values * scale + (1.0 if tau else 0.0), ":", lw=1.2, color=color)
         if paper_bound and "paper_bound" in pt and family not in {lab for lab, *_ in bounds}:
             bounds.append((family, P, pt["paper_bound"].values + (1.0 if tau else 0.0), color))
     if "prediction" in summary and np.isfinite(summary["prediction"].values).any():
         ax.plot([], [], "k:", lw=1.2, label="renewal prediction")
-    if bounds:                           # drawn without rescaling: it dwarfs the curves
-        ax.autoscale(False)
-        for _, P, y, color in bounds:
-            ax.plot(P, y, "--", lw=0.8, color=color, scalex=False, scaley=False)
-        ax.plot([], [], "k--", lw=0.8, label="paper's bound (O(1) dropped)")
     ax.set_xscale("log", base=2)
+    if bounds:                           # drawn without rescaling: it dwarfs the curves
+        ax.relim()
+        ax.autoscale_view()
+        xlim, ylim = ax.get_xlim(), ax.get_ylim()
+        for _, P, y, color in bounds:
+            ax.plot(P, y, "--", lw=0.8, color=color)
+        ax.plot([], [], "k--", lw=0.8, label="paper's bound (O(1) dropped)")
+        ax.set_xlim(xlim)
+        ax.set_ylim(ylim)
     ax.set_xlabel("budget P (draft tokens per call" + (", over the batch)" if batch > 1 else ")"))
     if tau:
         ax.set_ylabel("tokens per call τ = 1 + E[X]" + (" / B (per request)" if batch > 1 else ""))

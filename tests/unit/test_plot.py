@@ -54,10 +54,12 @@ def test_policy_lines_are_labelled_and_the_bound_does_not_set_the_axis(tmp_path)
     assert "paper's bound (O(1) dropped)" in texts
     lo, hi = ax.get_ylim()
     means = exp.mean(axis=-1)
-    assert hi < 2 * means.max() < 25.0          # scaled to the data, not to the bound (up to 25)
-    assert lo <= means.min()
+    assert means.max() <= hi < 2 * means.max() < 25.0   # the data, not the bound (up to 25)
+    assert lo <= means.min() and ax.get_xlim()[0] <= 1 and ax.get_xlim()[1] >= 16
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(ln.get_xdata())]
     assert len(dashed) == 1                     # the bound drawn once, not once per policy
+    dotted = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":" and len(ln.get_xdata())]
+    assert len(dotted) == 1                     # so is the (optimal tree's) prediction
     # the title (the default mixture, 130 characters) is wrapped to lines that fit
     title = ax.get_title()
     assert all(len(line) <= TITLE_WIDTH for line in title.splitlines())
