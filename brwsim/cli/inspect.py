@@ -160,6 +160,8 @@ def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
     lines.append(f"  python {attrs.get('python_version', '?')}, numpy {attrs.get('numpy_version', '?')}, "
                  f"numba {attrs.get('numba_version', '?')}; {attrs.get('log_base', 'natural logarithms')}")
     lines.append(f"  history: {attrs.get('history', '')}")
+    if "cost_family" in attrs:            # a sweep with [sweep.cost]
+        lines.append(f"  cost: {attrs.get('cost', '?')}; {attrs['cost_family']}")
     lines.extend(_input_lines(attrs))
     return lines
 

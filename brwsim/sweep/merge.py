@@ -70,6 +70,8 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
                              chunk=cfg.chunk, prediction_method=cfg.prediction)
                 if cfg.cost is not None:
                     attrs["cost"] = cfg.cost.describe()
+                    attrs["cost_family"] = ("each point's speedup assumes that point's family "
+                                            "(family_string), not a measured workload")
                 attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
