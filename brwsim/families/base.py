@@ -14,79 +14,22 @@ A :class:`Family` has three faces:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
-from brwsim.kernels.dist import NF, NI
-from brwsim.spinelaw import Moments, SampledLaw
+from brwsim.kernels.spec import Component, Spec, compile_spec
+from brwsim.registry import PARAM_KINDS, register
+from brwsim.theory.laws import Moments
+from brwsim.theory.sampled import SampledLaw
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
            "REGISTRY", "PARAM_KINDS", "check_int", "check_positive", "tempered_listed",
            "log_or_minf"]
 
-#: Parameter kinds a family declares (``Family.param_kinds``), and how a sweep reads them:
-#: ``scalar`` (a number or string; a list makes a grid), ``list`` (a list of numbers or
-#: strings is one value; a list of lists makes a grid), ``matrix`` (a list of lists is one
-#: value; one more level makes a grid), ``family`` (a family string; a list makes a grid),
-#: ``families`` (a list of family strings is one value; a list of lists makes a grid).
-PARAM_KINDS = ("scalar", "list", "matrix", "family", "families")
 #: Every family class by its string name, filled by :meth:`Family.__init_subclass__`.
 REGISTRY: dict[str, type["Family"]] = {}
-
-
-@dataclass
-class Component:
-    """One numba component: a kind code, parameters and a data block."""
-
-    kind: int
-    fpar: list[float] = field(default_factory=list)
-    ipar: list[int] = field(default_factory=list)
-    data: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    weight: float = 1.0
-    head_cap: int = 0
-
-
-class Spec(NamedTuple):
-    """Flat arrays of a compiled family, in the order the kernels take them."""
-
-    kinds: np.ndarray
-    cw: np.ndarray
-    fpar: np.ndarray
-    ipar: np.ndarray
-    data: np.ndarray
-    head_cap: int
-    cprog: np.ndarray
-
-
-def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spec:
-    """Pack components (and a context program) into a :class:`Spec`.
-
-    ``ipar[:, 0:2]`` become (offset, length) of each component's data block; ``cprog``
-    defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`).
-    """
-    m = len(comps)
-    fpar = np.zeros((m, NF))
-    ipar = np.zeros((m, NI), np.int64)
-    kinds = np.empty(m, np.int64)
-    blocks = []
-    off = 0
-    for c, comp in enumerate(comps):
-        kinds[c] = comp.kind
-        fpar[c, :len(comp.fpar)] = comp.fpar
-        ipar[c, 2:2 + len(comp.ipar)] = comp.ipar
-        ipar[c, 0] = off
-        ipar[c, 1] = comp.data.size
-        blocks.append(np.ascontiguousarray(comp.data, dtype=np.float64).ravel())
-        off += comp.data.size
-    w = np.array([comp.weight for comp in comps], dtype=np.float64)
-    data = np.concatenate(blocks) if blocks else np.zeros(0)
-    return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
-                max(comp.head_cap for comp in comps),
-                np.zeros(1) if cprog is None else np.asarray(cprog, dtype=np.float64))
-
 
 
 def tempered_listed(q: np.ndarray, beta: float) -> np.ndarray:
@@ -141,19 +84,7 @@ class Family:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if not name or cls.__name__.startswith("_"):
-            return                                   # abstract helpers (_OrderStatFamily)
-        import inspect
-
-        params = list(inspect.signature(cls.__init__).parameters)[1:]
-        for key, kind in cls.param_kinds.items():
-            if kind not in PARAM_KINDS or key not in params:
-                raise TypeError(f"{cls.__name__}.param_kinds[{key!r}] = {kind!r}: not a kind "
-                                f"of {PARAM_KINDS} or not a parameter of {params}")
-        if name in REGISTRY and REGISTRY[name].__qualname__ != cls.__qualname__:
-            raise TypeError(f"family name {name!r} is taken by {REGISTRY[name].__qualname__}")
-        REGISTRY[name] = cls
+        register(REGISTRY, cls, "family")
 
     @classmethod
     def param_kind(cls, key: str) -> str:
@@ -185,11 +116,11 @@ class Family:
         return compile_spec(self.components(1.0), self.context_program(1.0))
 
     def spine_law(self):
-        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.spinelaw`).
+        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.theory.laws`).
 
         Families with a closed form, atoms or a quadrature override this; the default
         samples whole distributions inside numba with the family's own kernels
-        (:class:`~brwsim.spinelaw.SampledLaw`), so predictions carry a standard error.
+        (:class:`~brwsim.theory.sampled.SampledLaw`), so predictions carry a standard error.
         :func:`brwsim.theory.spine_steps` computes it once per instance.
         """
         return SampledLaw(self)
@@ -219,7 +150,7 @@ class Family:
         """mu, mu2 and E[H^2], with standard errors, from the sampled spine law.
 
         Subclasses with closed forms override this. The default reads the per-distribution
-        entropies that :class:`~brwsim.spinelaw.SampledLaw` records while it samples the
+        entropies that :class:`~brwsim.theory.sampled.SampledLaw` records while it samples the
         spine law (``n`` and ``seed`` are ignored).
         """
         law = self.cached_spine_law()

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.cli_format import format_table
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
 from brwsim.simulate import summarize
+from brwsim.textform import format_table
 from brwsim.validate import check_output_path
 
 _FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
@@ -113,6 +113,9 @@ def _points(summary: xr.Dataset, attrs: dict[str, Any]) -> Iterator[tuple[str, x
             label = str(pt["family_string"].values)
         else:
             label = str(attrs.get("family", "?"))
+        for extra in ("policy", "batch"):        # grid dimensions that are not family parameters
+            if extra in pt.coords and pt[extra].ndim == 0:
+                label += f"   {extra}: {pt[extra].values}"
         yield label, pt
 
 
