@@ -144,8 +144,11 @@ def test_numpy_forward_reproduces_recorded_held_out_bits(name):
     """Bits of the check subset (first windows of each held-out corpus), numpy vs torch.
 
     torch ran float32; this pass runs float64 on the same weights. The per-byte log-prob
-    differences are float32 rounding (~1e-6 relative through a few layers), so over the
-    ~500 bytes of a corpus's check subset the bits per byte agree to far better than 1e-4.
+    differences are float32 rounding (~1e-7 relative per operation, a few layers deep), so
+    over the 510 bytes of a corpus's check subset the bits per byte agree to 1e-7 (measured
+    on the shipped pair); 1e-6 leaves room for another CPU's float32 summation order and
+    still fails the smallest model error tried: the exact (erf) GELU in place of gelu_new
+    moves it by 1.6e-6 to 1.7e-5 on the four model/corpus pairs.
     """
     cfg, info, w = _config(name), _info(name), _weights(name)
     check, n = info["check"], info["held_out_windows"]
@@ -159,7 +162,7 @@ def test_numpy_forward_reproduces_recorded_held_out_bits(name):
             bits -= lp[np.arange(len(win) - 1), win[1:]].sum() / math.log(2)
             count += len(win) - 1
         assert count == check["bytes_scored"][corpus]
-        assert abs(bits / count - check["bits"][corpus] / count) < 1e-4, corpus
+        assert abs(bits / count - check["bits"][corpus] / count) < 1e-6, corpus
 
 
 def test_target_beats_draft_beats_unigram():
