@@ -4,19 +4,19 @@ Everything that turns user-level numbers into a kernel call lives here, below th
 policies and :func:`brwsim.simulate`: budget and batch validation, the 64-bit key of a
 seed and of a node, the starting threshold of a pass and the status codes a pass returns.
 :func:`run_iterations` (single trees) and :func:`run_forest` (batches sharing a budget)
-are the only places that unpack a :class:`~brwsim.families.base.Spec` for the tree kernels.
+are the only places that unpack a :class:`~brwsim.kernels.spec.Spec` for the tree kernels.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.kernels.rng import child_key, root_key
+from brwsim.keys import check_path, node_key, seed_key
+from brwsim.kernels.spec import Spec
 from brwsim.kernels.tree import (
     NO_DEPTH_CAP,
     TOO_FEW,
@@ -24,31 +24,12 @@ from brwsim.kernels.tree import (
     simulate_chunk,
     start_threshold,
 )
-from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, check_int, echo
+from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, echo
 
-if TYPE_CHECKING:                                    # annotations only: no import cycle
-    from brwsim.families.base import Spec
 
 __all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "validate_batch",
            "seed_key", "node_key", "check_path", "start_threshold", "check_grow_status", "run_iterations",
            "run_forest"]
-
-
-def check_path(path: Sequence[int]) -> np.ndarray:
-    """A node path as int64 ranks (each >= 0), or a :class:`UserError` naming the entry."""
-    if isinstance(path, (str, bytes)) or not isinstance(path, (Sequence, np.ndarray)):
-        raise UserError(f"path must be a list of ranks (integers >= 0), got {echo(path)}")
-    return np.array([check_int(f"path[{i}]", r, 0, (1 << 63) - 1) for i, r in enumerate(path)],
-                    dtype=np.int64)
-
-
-def node_key(seed: int, iteration: int, path: Sequence[int] = ()) -> int:
-    """64-bit key of the node reached from the root of ``iteration`` by ranks ``path``."""
-    iteration = check_int("iteration", iteration, 0, (1 << 64) - 1)
-    key = np.uint64(root_key(seed_key(seed), np.uint64(iteration)))
-    for r in check_path(path):
-        key = np.uint64(child_key(key, np.uint64(r)))
-    return int(key)
 
 
 MAX_BATCH = 1 << 16
@@ -82,12 +63,6 @@ def validate_batch(batch: Any) -> int:
     if batch > MAX_BATCH:
         raise UserError(f"batch {batch} exceeds the supported maximum {MAX_BATCH}")
     return int(batch)
-
-
-def seed_key(seed: int) -> np.uint64:
-    """64-bit root key of a seed (any non-negative int) through ``numpy.random.SeedSequence``."""
-    seed = check_int("seed", seed, 0)
-    return np.random.SeedSequence(int(seed)).generate_state(1, np.uint64)[0]
 
 
 def check_grow_status(code: int, max_depth: int = NO_DEPTH_CAP) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from brwsim.engine import check_path, node_key
+from brwsim.keys import check_path, node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.kernels import njit_cached

@@ -4,7 +4,7 @@ Reads ``data/budget_curves.csv`` (tokens per target call against the draft budge
 InferenceX golden acceptance-length chains, Luce DFlash + DDTree tree-node sweeps and
 JetSpec; each row with its source file, commit and temperature, see
 ``data/budget_curves.md``). For every curve and every shape of next-token distributions
-(``brwsim.ceiling.entropy_family`` on a 32000-token vocabulary), it fits the mean entropy
+(``brwsim.theory.ceiling.entropy_family`` on a 32000-token vocabulary), it fits the mean entropy
 h* at the curve's first point with the policy class of the system, predicts the remaining
 points at h*, and reports measured - predicted and the optimal tree's ceiling at h*:
 
@@ -15,7 +15,7 @@ points at h*, and reports measured - predicted and the optimal tree's ceiling at
   i.i.d. node laws the prediction is ``1 + sum_{k <= K} a^k`` with ``a = tau_1 - 1``
   whatever the shape; the shapes differ only in h* and in the ceiling.
 * ``best-first`` curves (DDTree, JetSpec): the optimal tree of P nodes, h* =
-  ``brwsim.ceiling.implied_entropy`` and predictions ``brwsim.ceiling.ceiling`` (the
+  ``brwsim.theory.ceiling.implied_entropy`` and predictions ``brwsim.theory.ceiling.ceiling`` (the
   renewal prediction, exact for ``zipf``).
 
 The fit reproduces its own first point to the solver's tolerance (``FIT_TOL``). For chain
@@ -47,7 +47,7 @@ from joblib import Parallel, delayed
 from scipy.optimize import brentq, least_squares
 
 from brwsim import Chain, parse_family, simulate
-from brwsim.ceiling import ceiling, entropy_family, implied_entropy
+from brwsim.theory.ceiling import ceiling, entropy_family, implied_entropy
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY
 from brwsim.io import provenance_attrs, write_netcdf_atomic

@@ -35,7 +35,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.io import atomic_path, write_netcdf_atomic
 from brwsim.bank import import_logprobs
-from brwsim.cli_bank import describe_bank
+from brwsim.cli.bank import describe_bank
 
 __all__ = ["main", "capture", "build_parser"]
 

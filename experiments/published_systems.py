@@ -39,7 +39,7 @@ from scipy.optimize import brentq
 
 from brwsim import Optimal, simulate
 from brwsim.errors import UserError
-from brwsim.ceiling import SHAPES, ceiling, entropy_family
+from brwsim.theory.ceiling import SHAPES, ceiling, entropy_family
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.theory import paper_bound, prediction
 

@@ -14,13 +14,13 @@ A :class:`Family` has three faces:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
-from brwsim.kernels.dist import NF, NI
-from brwsim.spinelaw import Moments, SampledLaw
+from brwsim.kernels.spec import Component, Spec, compile_spec
+from brwsim.theory.laws import Moments
+from brwsim.theory.sampled import SampledLaw
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
@@ -35,58 +35,6 @@ __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distributi
 PARAM_KINDS = ("scalar", "list", "matrix", "family", "families")
 #: Every family class by its string name, filled by :meth:`Family.__init_subclass__`.
 REGISTRY: dict[str, type["Family"]] = {}
-
-
-@dataclass
-class Component:
-    """One numba component: a kind code, parameters and a data block."""
-
-    kind: int
-    fpar: list[float] = field(default_factory=list)
-    ipar: list[int] = field(default_factory=list)
-    data: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    weight: float = 1.0
-    head_cap: int = 0
-
-
-class Spec(NamedTuple):
-    """Flat arrays of a compiled family, in the order the kernels take them."""
-
-    kinds: np.ndarray
-    cw: np.ndarray
-    fpar: np.ndarray
-    ipar: np.ndarray
-    data: np.ndarray
-    head_cap: int
-    cprog: np.ndarray
-
-
-def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spec:
-    """Pack components (and a context program) into a :class:`Spec`.
-
-    ``ipar[:, 0:2]`` become (offset, length) of each component's data block; ``cprog``
-    defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`).
-    """
-    m = len(comps)
-    fpar = np.zeros((m, NF))
-    ipar = np.zeros((m, NI), np.int64)
-    kinds = np.empty(m, np.int64)
-    blocks = []
-    off = 0
-    for c, comp in enumerate(comps):
-        kinds[c] = comp.kind
-        fpar[c, :len(comp.fpar)] = comp.fpar
-        ipar[c, 2:2 + len(comp.ipar)] = comp.ipar
-        ipar[c, 0] = off
-        ipar[c, 1] = comp.data.size
-        blocks.append(np.ascontiguousarray(comp.data, dtype=np.float64).ravel())
-        off += comp.data.size
-    w = np.array([comp.weight for comp in comps], dtype=np.float64)
-    data = np.concatenate(blocks) if blocks else np.zeros(0)
-    return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
-                max(comp.head_cap for comp in comps),
-                np.zeros(1) if cprog is None else np.asarray(cprog, dtype=np.float64))
-
 
 
 def tempered_listed(q: np.ndarray, beta: float) -> np.ndarray:
@@ -185,11 +133,11 @@ class Family:
         return compile_spec(self.components(1.0), self.context_program(1.0))
 
     def spine_law(self):
-        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.spinelaw`).
+        """The law of one spine step ``-log q_I``, ``I ~ q`` (:mod:`brwsim.theory.laws`).
 
         Families with a closed form, atoms or a quadrature override this; the default
         samples whole distributions inside numba with the family's own kernels
-        (:class:`~brwsim.spinelaw.SampledLaw`), so predictions carry a standard error.
+        (:class:`~brwsim.theory.sampled.SampledLaw`), so predictions carry a standard error.
         :func:`brwsim.theory.spine_steps` computes it once per instance.
         """
         return SampledLaw(self)
@@ -219,7 +167,7 @@ class Family:
         """mu, mu2 and E[H^2], with standard errors, from the sampled spine law.
 
         Subclasses with closed forms override this. The default reads the per-distribution
-        entropies that :class:`~brwsim.spinelaw.SampledLaw` records while it samples the
+        entropies that :class:`~brwsim.theory.sampled.SampledLaw` records while it samples the
         spine law (``n`` and ``seed`` are ignored).
         """
         law = self.cached_spine_law()

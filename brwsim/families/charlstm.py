@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.engine import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.families.ngram import load_corpus
 from brwsim.kernels import dist as K
 from brwsim.kernels.lstm import HDR, head_width, lstm_probs
 from brwsim.kernels.rng import REGIME, purpose_key, unit
-from brwsim.spinelaw import BatchedAtoms, SpineSteps
+from brwsim.keys import node_key
+from brwsim.theory.laws import BatchedAtoms, SpineSteps
 
 __all__ = ["CharLSTM", "SHIPPED", "WINDOW", "META_TOKEN"]
 

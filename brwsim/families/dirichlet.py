@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from brwsim import spinelaw as SL
 from brwsim.families.base import Moments, check_int, check_positive
 from brwsim.families.orderstat import _OrderStatFamily
+from brwsim.theory.beta_laws import beta_step_law
+from brwsim.theory.laws import SpineLaw
 from brwsim.validate import MAX_VOCAB
 
 __all__ = ["Dirichlet"]
@@ -57,11 +58,11 @@ class Dirichlet(_OrderStatFamily):
         cross = a * a / norm * ((psi(a + 1.0) - psi(big + 2.0)) ** 2 - psi1(big + 2.0))
         return Moments(mu, mu2, h2=float(v * diag + v * (v - 1.0) * cross))
 
-    def spine_law(self) -> SL.SpineLaw:
+    def spine_law(self) -> SpineLaw:
         """Exact at every vocabulary: the size-biased component ``q_I`` (``I ~ q``) of a
         symmetric Dirichlet is Beta(alpha + 1, (K - 1) alpha), and the K components are each
         Beta(alpha, (K - 1) alpha) (the count measure)."""
         a, k = self.alpha, self.vocab
         mom = self.moments()
-        return SL.beta_step_law(a + 1.0, (k - 1) * a, a, (k - 1) * a, 1.0, float(k),
+        return beta_step_law(a + 1.0, (k - 1) * a, a, (k - 1) * a, 1.0, float(k),
                                 mom.mu, mom.mu2)

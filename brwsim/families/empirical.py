@@ -18,7 +18,7 @@ from brwsim.families.base import (
 )
 from brwsim.kernels import dist as K
 from brwsim.lazy import xarray as xr
-from brwsim.spinelaw import SpineSteps
+from brwsim.theory.laws import SpineSteps
 
 __all__ = ['Empirical', 'validate_rows']
 

@@ -17,14 +17,14 @@ from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
 from brwsim.lazy import xarray as xr
-from brwsim.spinelaw import (
+from brwsim.theory.laws import (
     MAX_EXACT_ATOMS,
-    SampledLaw,
     SpineSteps,
-    ZipfLaw,
     geometric_atom_count,
     mixture_law,
 )
+from brwsim.theory.sampled import SampledLaw
+from brwsim.theory.zipf_laws import ZipfLaw
 from brwsim.validate import MAX_VOCAB
 
 __all__ = ["EntropyTarget"]
@@ -152,8 +152,8 @@ class EntropyTarget(Family):
         """The exact spine-step law: each distinct shape parameter's law, weighted by its share.
 
         Geometric values contribute their atoms, Zipf values their exact
-        :class:`~brwsim.spinelaw.ZipfLaw` (up to 64 distinct values) or atoms; a law that
-        would need more than :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (thousands of
+        :class:`~brwsim.theory.zipf_laws.ZipfLaw` (up to 64 distinct values) or atoms; a law that
+        would need more than :data:`~brwsim.theory.laws.MAX_EXACT_ATOMS` atoms (thousands of
         distinct values on a large vocabulary) is sampled instead.
         """
 

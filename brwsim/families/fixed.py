@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from brwsim import spinelaw as SL
 from brwsim.errors import UserError
 from brwsim.families.base import (
     Component,
@@ -16,6 +15,7 @@ from brwsim.families.base import (
     tempered_listed,
 )
 from brwsim.kernels import dist as K
+from brwsim.theory.laws import SpineLaw, SpineSteps
 from brwsim.validate import check_probabilities
 
 __all__ = ["Fixed"]
@@ -54,9 +54,9 @@ class Fixed(Family):
         mu = float(-(self.probs * lq).sum())
         return Moments(mu, float((self.probs * lq * lq).sum()), h2=mu * mu)
 
-    def spine_law(self) -> SL.SpineLaw:
+    def spine_law(self) -> SpineLaw:
         """Atoms -log q_i of weight q_i (mass sum q, possibly below 1)."""
-        return SL.SpineSteps.atoms(-np.log(self.probs), self.probs)
+        return SpineSteps.atoms(-np.log(self.probs), self.probs)
 
     def tempered_family(self, beta: float) -> Family:
         return self if beta == 1.0 else Fixed(tempered_listed(self.probs, beta))

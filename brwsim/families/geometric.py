@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from brwsim import spinelaw as SL
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_positive
 from brwsim.kernels import dist as K
+from brwsim.theory.laws import CdfLaw, SpineLaw, SpineSteps, geometric_atom_count
 
 __all__ = ["Geometric"]
 
@@ -47,28 +47,28 @@ class Geometric(Family):
         mu2 = a * a + 2.0 * a * b * m1 + b * b * m2
         return Moments(mu, mu2, h2=mu * mu)
 
-    def spine_law(self) -> SL.SpineLaw:
+    def spine_law(self) -> SpineLaw:
         """Atoms ``-log(1-r) - i log r`` of weight ``(1-r) r^i`` (a lattice when r = 1/2).
 
         Listed until the remaining mass ``r^n`` is below 1e-16, which is put on the last
         atom (a lower position: the floor bound stays a bound). Beyond
-        :data:`~brwsim.spinelaw.MAX_EXACT_ATOMS` atoms (r near 1) the closed-form
+        :data:`~brwsim.theory.laws.MAX_EXACT_ATOMS` atoms (r near 1) the closed-form
         cumulative functions are used: ``n(x)`` ranks lie below x, of mass ``1 - r^n``.
         """
         r = self.r
-        count = SL.geometric_atom_count(r)
+        count = geometric_atom_count(r)
         a, b = math.log1p(-r), math.log(r)
         if count <= 100_000:
             i = np.arange(count)
             w = (1 - r) * r ** i
             w[-1] += r ** count
-            return SL.SpineSteps.atoms(-a - i * b, w)
+            return SpineSteps.atoms(-a - i * b, w)
         mom = self.moments()
 
         def ranks(x):
             return np.clip(np.ceil((x + a) / -b), 0, None)   # i with -a - i b < x
 
-        return SL.CdfLaw(lambda x: -np.expm1(ranks(x) * b), ranks, 1.0, mom.mu, mom.mu2)
+        return CdfLaw(lambda x: -np.expm1(ranks(x) * b), ranks, 1.0, mom.mu, mom.mu2)
 
     def tempered_family(self, beta: float) -> Family:
         return Geometric(self.r ** beta)

@@ -9,7 +9,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments
-from brwsim.spinelaw import mixture_law
+from brwsim.theory.laws import mixture_law
 from brwsim.validate import check_vector, echo
 
 __all__ = ["Mixture"]

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.engine import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
 from brwsim.kernels.ngram import HDR, HDR_ORDER, kn_moments, kn_table, ngram_init
 from brwsim.kernels.rng import REGIME, purpose_key, unit
-from brwsim.spinelaw import SpineSteps
+from brwsim.keys import node_key
+from brwsim.theory.laws import SpineSteps
 
 __all__ = ["CORPORA", "CORPUS_DIR", "NGram"]
 

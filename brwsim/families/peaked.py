@@ -8,11 +8,17 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from brwsim import spinelaw as SL
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
+from brwsim.theory.beta_laws import (
+    beta_logit_expect,
+    beta_step_law,
+    log_sigmoids,
+    tempered_beta_law,
+)
+from brwsim.theory.laws import ConvolvedLaw, SpineLaw, SpineSteps, SumLaw
 from brwsim.validate import MAX_VOCAB
 
 __all__ = ["Peaked"]
@@ -73,19 +79,19 @@ class Peaked(Family):
                 + (1 - m) * hz
         return Moments(mu, mu2, h2=float(w @ ent ** 2))
 
-    def spine_law(self) -> SL.SpineLaw:
+    def spine_law(self) -> SpineLaw:
         """Exact: ``-log m`` weighted by m (Beta(a + 1, b)) plus the convolution of
         ``-log(1 - m)`` weighted by 1 - m (Beta(b + 1, a)) with the fixed Zipf law."""
         a, b = self.a, self.b
         mom = self.moments()
-        top = SL.beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
-        comp = SL.beta_step_law(b + 1.0, a, b, a, b / (a + b), 1.0, math.nan, math.nan)
+        top = beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
+        comp = beta_step_law(b + 1.0, a, b, a, b / (a + b), 1.0, math.nan, math.nan)
         if self.vocab == 2:
-            zipf = SL.SpineSteps.atoms([0.0], [1.0])
+            zipf = SpineSteps.atoms([0.0], [1.0])
         else:
             zipf = Zipf(self.s, self.vocab - 1).spine_law()
-        rest = SL.ConvolvedLaw(comp, zipf, math.nan, math.nan)
-        return SL.SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
+        rest = ConvolvedLaw(comp, zipf, math.nan, math.nan)
+        return SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
 
     def top1_mean(self) -> float:
         """E[max(m, (1 - m) z_1)] with z_1 the largest Zipf share: two incomplete betas."""
@@ -113,10 +119,10 @@ class _TemperedPeaked(Family):
     Given the top-1 mass m, tempering keeps the shape: the top token gets
     ``r(m) = m^beta / (m^beta + c (1 - m)^beta)`` with ``c = H(V - 1, beta s) / H(V - 1, s)^beta``
     (H the Zipf sums), and the rest ``1 - r`` is spread Zipf(beta s) over the other V - 1
-    tokens. So the spine law is a tempered Beta law (:func:`brwsim.spinelaw.tempered_beta_law`)
+    tokens. So the spine law is a tempered Beta law (:func:`brwsim.theory.beta_laws.tempered_beta_law`)
     for the top token plus, for the rest, the same law at ``(b, a, beta, -log c)`` convolved
     with the fixed Zipf(beta s) law, and the moments and E[max q] are one-dimensional
-    integrals over the log-odds of m (:func:`brwsim.spinelaw.beta_logit_expect`). What
+    integrals over the log-odds of m (:func:`brwsim.theory.beta_laws.beta_logit_expect`). What
     ``tempered(family=peaked(...), T=...)`` uses; not a family of its own name.
     """
 
@@ -151,14 +157,14 @@ class _TemperedPeaked(Family):
 
     def _expect(self, f, upper: float = math.inf) -> float:
         """``E[f(log r, log(1 - r)); L < upper]`` over the top-1 mass's log-odds L
-        (:func:`brwsim.spinelaw.beta_logit_expect`), ``r = sigma(beta L - log c)``."""
+        (:func:`brwsim.theory.beta_laws.beta_logit_expect`), ``r = sigma(beta L - log c)``."""
         beta, log_c = self.beta, self.log_c
 
         def g(L):
             z = beta * L - log_c
-            return f(*SL.log_sigmoids(z))
+            return f(*log_sigmoids(z))
 
-        return SL.beta_logit_expect(self.peaked.a, self.peaked.b, g, upper=upper)
+        return beta_logit_expect(self.peaked.a, self.peaked.b, g, upper=upper)
 
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
         """Exact: mu, mu2 and E[H^2] by quadrature over the top-1 mass's log-odds."""
@@ -175,18 +181,18 @@ class _TemperedPeaked(Family):
         return Moments(self._expect(ent), self._expect(sq),
                        h2=self._expect(lambda lr, l1r: ent(lr, l1r) ** 2))
 
-    def spine_law(self) -> SL.SpineLaw:
+    def spine_law(self) -> SpineLaw:
         """Exact: the tempered top-1 law plus the rest's law convolved with Zipf(beta s)."""
         a, b, beta, log_c = self.peaked.a, self.peaked.b, self.beta, self.log_c
         mom = self.moments()
-        top = SL.tempered_beta_law(a, b, beta, log_c)
-        comp = SL.tempered_beta_law(b, a, beta, -log_c)
+        top = tempered_beta_law(a, b, beta, log_c)
+        comp = tempered_beta_law(b, a, beta, -log_c)
         if self.peaked.vocab == 2:
-            zipf = SL.SpineSteps.atoms([0.0], [1.0])
+            zipf = SpineSteps.atoms([0.0], [1.0])
         else:
             zipf = Zipf(beta * self.peaked.s, self.peaked.vocab - 1).spine_law()
-        rest = SL.ConvolvedLaw(comp, zipf, math.nan, math.nan)
-        return SL.SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
+        rest = ConvolvedLaw(comp, zipf, math.nan, math.nan)
+        return SumLaw([top, rest], [1.0, 1.0], mom.mu, mom.mu2)
 
     def top1_mean(self) -> float:
         """E[max(r, (1 - r) z_1)], z_1 the largest Zipf(beta s) share: r wins where

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from brwsim import spinelaw as SL
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
+from brwsim.theory.laws import SpineLaw, SpineSteps
 
 __all__ = ["Uniform"]
 
@@ -40,9 +40,9 @@ class Uniform(Family):
         lk = math.log(self.k)
         return Moments(lk, lk * lk, h2=lk * lk)
 
-    def spine_law(self) -> SL.SpineLaw:
+    def spine_law(self) -> SpineLaw:
         """One atom at log k (a lattice law)."""
-        return SL.SpineSteps.atoms([math.log(self.k)], [1.0])
+        return SpineSteps.atoms([math.log(self.k)], [1.0])
 
     def tempered_family(self, beta: float) -> Family:
         return self

@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from brwsim import spinelaw as SL
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.families.tables import zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
+from brwsim.theory.laws import SpineLaw, SpineSteps
+from brwsim.theory.zipf_laws import ZipfLaw, zipf_spread_law
 from brwsim.validate import MAX_VOCAB
 
 __all__ = ["Zipf"]
@@ -69,17 +70,17 @@ class Zipf(Family):
         w = w / 2.0
         return Moments(float(w @ vals[:, 0]), float(w @ vals[:, 1]), h2=float(w @ vals[:, 0] ** 2))
 
-    def spine_law(self) -> SL.SpineLaw:
-        """Exact: atoms up to 65,536 tokens, else :class:`~brwsim.spinelaw.ZipfLaw`; with a
-        spread, :func:`~brwsim.spinelaw.zipf_spread_law` (quadrature over the exponent)."""
+    def spine_law(self) -> SpineLaw:
+        """Exact: atoms up to 65,536 tokens, else :class:`~brwsim.theory.zipf_laws.ZipfLaw`; with a
+        spread, :func:`~brwsim.theory.zipf_laws.zipf_spread_law` (quadrature over the exponent)."""
         mom = self.moments()
         if self.spread > 0:
-            return SL.zipf_spread_law(self.s - self.spread, self.s + self.spread, self.vocab,
+            return zipf_spread_law(self.s - self.spread, self.s + self.spread, self.vocab,
                                       mom.mu, mom.mu2)
         if self.vocab <= 65_536:
             q = self.sample_full(np.random.default_rng(0))
-            return SL.SpineSteps.atoms(-np.log(q), q)
-        return SL.ZipfLaw(self.s, self.vocab, mu=mom.mu, mu2=mom.mu2)
+            return SpineSteps.atoms(-np.log(q), q)
+        return ZipfLaw(self.s, self.vocab, mu=mom.mu, mu2=mom.mu2)
 
     def tempered_family(self, beta: float) -> Family:
         return Zipf(beta * self.s, self.vocab, beta * self.spread)

@@ -2,7 +2,7 @@
 
 A spine-step law F (the law of ``-log q_I`` with ``I ~ q``) enters the renewal equation
 through its masses on the grid ``j * h``. Two discretisations are used
-(:mod:`brwsim.spinelaw`):
+(:mod:`brwsim.theory.laws`):
 
 * ``split`` (mode 0): an atom at x in ``[j h, (j + 1) h)`` is split between j and j + 1 so
   that both its mass w and its count mass ``w e^x`` are preserved (the prediction);

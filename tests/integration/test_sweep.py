@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 
 from brwsim.cli import main
-from brwsim.config import load_config
+from brwsim.sweep.config import load_config
 from brwsim.errors import UserError
 from brwsim.simulate import run_iterations
 from brwsim.sweep import sweep

@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 from brwsim import Dirichlet
-from brwsim.config import load_config
+from brwsim.sweep.config import load_config
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
 from brwsim.plan import plan_from_runs

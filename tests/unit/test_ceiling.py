@@ -1,4 +1,4 @@
-"""brwsim.ceiling: entropy-indexed ceilings and the entropy a tokens-per-call number implies."""
+"""brwsim.theory.ceiling: entropy-indexed ceilings and the entropy a tokens-per-call number implies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from brwsim.ceiling import SHAPES, ceiling, entropy_family, implied_entropy
+from brwsim.theory.ceiling import SHAPES, ceiling, entropy_family, implied_entropy
 from brwsim.errors import UserError
 
 

@@ -7,7 +7,7 @@ import tomllib
 import numpy as np
 import pytest
 
-from brwsim.config import load_config
+from brwsim.sweep.config import load_config
 from brwsim.errors import UserError
 from brwsim.families import Dirichlet, Fixed, Mixture, Tempered, Zipf
 

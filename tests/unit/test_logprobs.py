@@ -20,7 +20,7 @@ import xarray as xr
 
 from brwsim.bank import BadInputWarning, entropy_bounds, import_logprobs, load_bank
 from brwsim.bank import npz as npz_reader
-from brwsim.cli_bank import register
+from brwsim.cli.bank import register
 from brwsim.errors import UserError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logprobs"
@@ -720,7 +720,7 @@ def test_capture_reports_an_unloadable_model(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("first_import", ["brwsim.bank", "brwsim.cli_bank",
+@pytest.mark.parametrize("first_import", ["brwsim.bank", "brwsim.cli.bank",
                                           "brwsim.families.empirical"])
 def test_bank_api_is_reachable_in_a_fresh_interpreter(first_import):
     """`import brwsim; brwsim.bank.import_logprobs` (the README's API table) works, whatever

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from brwsim import parse_family, sweep
-from brwsim.config import load_config
+from brwsim.sweep.config import load_config
 from brwsim.errors import UserError
 from brwsim.families import Family, Fixed
 from brwsim.families.base import REGISTRY, check_positive

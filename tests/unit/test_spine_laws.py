@@ -1,4 +1,4 @@
-"""Exact and sampled spine-step laws (brwsim.spinelaw) and the proven upper bound.
+"""Exact and sampled spine-step laws (brwsim.theory) and the proven upper bound.
 
 References nobody here wrote: numpy's Dirichlet/Beta samplers (independent Monte Carlo
 of the size-biased law), scipy's incomplete beta function, and direct summation over the
@@ -26,7 +26,6 @@ from brwsim import (
     Uniform,
     Zipf,
 )
-from brwsim import spinelaw as SL
 from brwsim.theory import (
     paper_bound,
     prediction,
@@ -34,6 +33,10 @@ from brwsim.theory import (
     spine_steps,
     upper_bound,
 )
+from brwsim.theory.beta_laws import _beta_step_cdf, beta_step_law, tempered_beta_law
+from brwsim.theory.laws import SpineSteps, SumLaw
+from brwsim.theory.sampled import SampledLaw
+from brwsim.theory.zipf_laws import ZipfLaw
 
 H = 1e-3
 
@@ -84,7 +87,7 @@ def test_beta_cdf_blocks_match_betaincc_at_every_point():
     for a, b in [(1.05, 9.95), (4.5, 0.5), (0.5, 4.0), (0.05, 1599.95), (9.0, 0.5)]:
         x = np.arange(20_001) * H
         exact = special.betaincc(a, b, np.exp(-x))
-        got = SL._beta_step_cdf(a, b, x)
+        got = _beta_step_cdf(a, b, x)
         assert np.abs(got - exact).max() < 1e-9
         assert np.abs(np.diff(got) - np.diff(exact)).sum() < 1e-8
 
@@ -94,8 +97,8 @@ def test_zipf_cells_equal_the_listed_atoms(s, vocab):
     """ZipfLaw (no atoms listed) gives the same grid masses as splitting every atom."""
     q = np.arange(1, vocab + 1, dtype=float) ** -s
     q /= q.sum()
-    atoms = SL.SpineSteps(-np.log(q), q)
-    law = SL.ZipfLaw(s, vocab)
+    atoms = SpineSteps(-np.log(q), q)
+    law = ZipfLaw(s, vocab)
     for mode in ("split", "floor"):
         np.testing.assert_allclose(law.cells(H, 30_000, mode), atoms.cells(H, 30_000, mode),
                                    atol=1e-9)
@@ -106,7 +109,7 @@ def test_zipf_spread_quadrature_matches_a_fine_midpoint_rule():
     mom = fam.moments()
     n = 512
     ss = 0.9 + (np.arange(n) + 0.5) / n * 0.6
-    ref = SL.SumLaw([SL.ZipfLaw(s, 3000) for s in ss], np.full(n, 1 / n), mom.mu, mom.mu2)
+    ref = SumLaw([ZipfLaw(s, 3000) for s in ss], np.full(n, 1 / n), mom.mu, mom.mu2)
     B = [1, 64, 4096, 2 ** 20]
     np.testing.assert_allclose(prediction(fam, B), prediction(ref, B), atol=2e-5)
 
@@ -151,7 +154,7 @@ def test_mixture_and_tempered_laws_are_exact_where_derivable():
 def test_sampled_law_agrees_with_the_exact_law_within_its_standard_error():
     fam = Dirichlet(0.3, 50)
     exact = prediction(fam, [1, 64, 4096])
-    sampled = SL.SampledLaw(fam, seed=4)
+    sampled = SampledLaw(fam, seed=4)
     assert not sampled.exact and sampled.mass == pytest.approx(1.0, abs=1e-8)
     pred = prediction_with_se(sampled, [1, 64, 4096])
     assert np.all(pred.se > 0)
@@ -182,7 +185,7 @@ def _tempered_top_mass(a, b, beta, c, x):
 @pytest.mark.parametrize("a,b,beta,c", [(8.0, 0.5, 1 / 0.7, 0.19), (2.0, 0.7, 2.0, 0.05),
                                         (8.0, 0.5, 1 / 1.5, 3.0), (0.5, 3.0, 0.5, 20.0)])
 def test_tempered_beta_law_matches_direct_quadrature(a, b, beta, c):
-    law = SL.tempered_beta_law(a, b, beta, math.log(c))
+    law = tempered_beta_law(a, b, beta, math.log(c))
     cum = np.concatenate([[0.0], np.cumsum(law.cells(H, 20_000, "floor"))])
     for j in (1, 2, 3, 10, 17, 100, 257, 1000, 5000, 20_000):
         ref = _tempered_top_mass(a, b, beta, c, j * H)
@@ -195,8 +198,8 @@ def test_tempered_beta_law_matches_direct_quadrature(a, b, beta, c):
 
 def test_tempered_beta_law_at_beta_one_is_the_beta_law():
     for a, b in [(8.0, 0.5), (2.0, 0.7), (0.5, 4.0)]:
-        ref = SL.beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
-        law = SL.tempered_beta_law(a, b, 1.0 + 1e-13, 0.0)    # the general path
+        ref = beta_step_law(a + 1.0, b, a, b, a / (a + b), 1.0, math.nan, math.nan)
+        law = tempered_beta_law(a, b, 1.0 + 1e-13, 0.0)    # the general path
         assert law.mass == pytest.approx(a / (a + b), rel=1e-12)
         for mode, tol in (("split", 1e-8), ("floor", 1e-10)):
             diff = np.cumsum(law.cells(H, 20_000, mode)) - np.cumsum(ref.cells(H, 20_000, mode))
@@ -224,15 +227,15 @@ def test_tempered_peaked_law_is_exact_and_matches_numpy_monte_carlo(fam):
     for value, draws in ((mom.mu, h), (mom.mu2, m2), (mom.h2, h * h), (fam.top1_mean(), top)):
         assert abs(value - draws.mean()) < 5 * draws.std() / math.sqrt(n)
     budgets = [1, 64, 4096, 2 ** 20]
-    sampled = prediction_with_se(SL.SampledLaw(fam, seed=2), budgets)
+    sampled = prediction_with_se(SampledLaw(fam, seed=2), budgets)
     pred = prediction_with_se(fam, budgets)
     assert np.all(pred.se == 0)
     assert np.all(np.abs(pred.value - sampled.value) <= 5 * sampled.se + 1e-9)
 
 
 def test_tempered_llm_mixture_is_exact():
-    from brwsim.families import DEFAULT_FAMILY
     from brwsim import parse_family
+    from brwsim.families import DEFAULT_FAMILY
 
     fam = Tempered(parse_family(DEFAULT_FAMILY), 0.7)
     assert spine_steps(fam).exact and fam.moments().exact and fam.top1_mean() is not None
@@ -241,13 +244,13 @@ def test_tempered_llm_mixture_is_exact():
 def test_families_without_an_exact_law_are_sampled_and_report_their_error():
     for fam in (SoftmaxNormal(1.5, 300), Tempered(Dirichlet(0.3, 20), 0.7)):
         law = spine_steps(fam)
-        assert isinstance(law, SL.SampledLaw)
+        assert isinstance(law, SampledLaw)
         pred = prediction_with_se(fam, [4, 64])
         assert np.all(pred.se > 0) and np.all(pred.se < 0.05)
         assert not fam.moments().exact
 
 
-def _paired(walk: SL.SampledLaw, ref: SL.SampledLaw, budgets) -> tuple[np.ndarray, np.ndarray]:
+def _paired(walk: SampledLaw, ref: SampledLaw, budgets) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard error of the batch-wise prediction differences of two laws."""
     d = np.array([prediction(a, budgets) - prediction(b, budgets)
                   for a, b in zip(walk.replicates(), ref.replicates())])
@@ -261,11 +264,11 @@ def test_walked_order_statistic_tails_match_generating_every_rank(fam, n):
     """The mean-field walk against every rank, on the same seeds (so the same heads): the
     difference is within 5 paired SE, and that SE is well below the law's own."""
     budgets = [1, 64, 4096, 2 ** 20]
-    walk = SL.SampledLaw(fam, seed=3, batches=40, n_distributions=n)
-    ref = SL.SampledLaw(fam, seed=3, batches=40, n_distributions=n, walk=False)
+    walk = SampledLaw(fam, seed=3, batches=40, n_distributions=n)
+    ref = SampledLaw(fam, seed=3, batches=40, n_distributions=n, walk=False)
     assert walk.work[1] > 0 and ref.work[1] == 0 and 4 * walk.work[0] < ref.work[0]
     bias, se = _paired(walk, ref, budgets)
-    own = prediction_with_se(SL.SampledLaw(fam, seed=4), budgets).se
+    own = prediction_with_se(SampledLaw(fam, seed=4), budgets).se
     assert np.all(np.abs(bias) <= 5 * se + 1e-12)
     assert np.all(np.abs(bias) <= own)
     de = walk._ent - ref._ent
@@ -280,8 +283,8 @@ def test_walked_deterministic_tails_are_exact(fam):
     """Zipf and geometric tails are walked in closed form: the same law as every rank, up to
     the wide steps of the far tail (which only lower the floor grid)."""
     budgets = [1, 64, 4096, 2 ** 20]
-    walk = SL.SampledLaw(fam, seed=5, batches=4, n_distributions=40)
-    ref = SL.SampledLaw(fam, seed=5, batches=4, n_distributions=40, walk=False)
+    walk = SampledLaw(fam, seed=5, batches=4, n_distributions=40)
+    ref = SampledLaw(fam, seed=5, batches=4, n_distributions=40, walk=False)
     assert walk.work[1] > 0 and 4 * (walk.work[0] + walk.work[1]) < ref.work[0]
     # walked moments are those of the grid points the mass went to
     np.testing.assert_allclose(walk._ent, ref._ent, rtol=0, atol=1e-6)
@@ -299,13 +302,13 @@ def test_walked_entropytarget_agrees_with_its_exact_law():
     fam = EntropyTarget([0.7, 2.0, 4.0], shape="zipf", vocab=100_000)
     budgets = [1, 64, 4096]
     exact = prediction(fam, budgets)
-    pred = prediction_with_se(SL.SampledLaw(fam, seed=6), budgets)
+    pred = prediction_with_se(SampledLaw(fam, seed=6), budgets)
     assert np.all(np.abs(pred.value - exact) <= 5 * pred.se)
 
 
 def test_walked_floor_grid_stays_below_the_split_grid():
     """Every walked deposit puts the floor grid's mass at or below the split grid's."""
-    law = SL.SampledLaw(SoftmaxNormal(1.0, 8000), seed=2)
+    law = SampledLaw(SoftmaxNormal(1.0, 8000), seed=2)
     assert law.work[1] > 0
     for b in range(law.batches):
         floor, split = law._grids["floor"][b], law._grids["split"][b]

@@ -1,4 +1,4 @@
-"""Text helpers shared by the CLI commands: budget lists and right-aligned tables."""
+"""Text forms shared by the commands and the sweep configurations: budget lists, right-aligned tables."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ from brwsim.bankstats import (
     histogram_bins,
     plot_entropy_histogram,
 )
-from brwsim.cli_format import format_table, parse_budgets
 from brwsim.lazy import xarray as xr
+from brwsim.textform import format_table, parse_budgets
 
 __all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]
 

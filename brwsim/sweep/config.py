@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.cli_format import parse_budgets
+from brwsim.textform import parse_budgets
 from brwsim.cost import make_cost
 from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError

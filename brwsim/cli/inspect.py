@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.cli_format import format_table
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
 from brwsim.simulate import summarize
+from brwsim.textform import format_table
 from brwsim.validate import check_output_path
 
 _FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")

@@ -1,6 +1,6 @@
 """Linear convolution of real sequences by real FFTs (``scipy.fft``).
 
-The renewal solver (:mod:`brwsim.theory`) and convolved spine laws (:mod:`brwsim.spinelaw`)
+The renewal solver (:mod:`brwsim.theory`) and convolved spine laws (:mod:`brwsim.theory.laws`)
 need one operation, the full linear convolution of two float64 vectors. This is what
 ``scipy.signal.fftconvolve`` computes for 1-D real input (the same transforms at the same
 padded length, so the same numbers), without importing ``scipy.signal``, which pulls in

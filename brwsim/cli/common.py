@@ -1,0 +1,55 @@
+"""What every ``brwsim`` command shares: the one-line-error parser, the family epilog.
+
+Every subcommand module has ``register(sub)``, adding its parsers to the subparsers of
+:func:`brwsim.cli.main.build_parser` (created with :class:`Parser`, so a usage error is one
+line and status 2, as every other bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from brwsim.errors import UserError
+from brwsim.families import FAMILIES
+from brwsim.textform import parse_budgets
+
+__all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se"]
+
+DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit status 2), as for every other bad input."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        raise UserError(f"{self.prog}: {message}")
+
+
+def family_epilog() -> str:
+    """The family names and parameters (from ``brwsim.families.FAMILIES``) for ``--help``."""
+    import inspect
+
+
+    lines = ["families (name(parameters), defaults after '='; see the docstrings of brwsim.<Name>):"]
+    for name, cls in sorted(FAMILIES.items()):
+        params = []
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            params.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
+        lines.append(f"  {name}({', '.join(params)})")
+    return "\n".join(lines)
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """Batch sizes from ``"1,8,64"`` or ranges as for budgets (``"1..64"``: powers of two)."""
+    try:
+        return parse_budgets(text)
+    except UserError as exc:
+        raise UserError(str(exc).replace("budgets", "batch sizes").replace("P >= 1", "B >= 1")) from None
+
+
+def value_se(v: float, se: float = 0.0) -> str:
+    """``value``, ``value ± se`` (a sampled spine law's standard error) or ``n/a`` (NaN)."""
+    if math.isnan(v):
+        return "n/a"
+    return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"

@@ -1,0 +1,98 @@
+"""Command line: ``brwsim run | theory | ceiling | plan | export-acceptance`` (and the sweep and bank commands).
+
+Every user error (bad family string, budget, file) prints one line
+``brwsim: error: ...`` and exits with status 2; no output file is written then. So do the
+faults a user can cause: a full disk, an unwritable output (checked before the work
+starts), memory exhausted, input nested too deeply. A closed stdout (``brwsim inspect F |
+head``) ends quietly with status 141 (128 + SIGPIPE), Ctrl-C with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from collections.abc import Sequence
+
+from brwsim import __version__
+from brwsim.cli import bank, inspect, plan, run, sweep, theory
+from brwsim.cli.common import Parser
+from brwsim.errors import UserError
+
+__all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``brwsim`` argument parser with every subcommand (each module's ``register``)."""
+
+    parser = Parser(prog="brwsim", description="Monte Carlo speed-of-light of speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"brwsim {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    for module in (run, theory, bank, plan, sweep, inspect):
+        module.register(sub)
+    return parser
+
+
+#: Exit status after the reader of stdout went away (``brwsim inspect F | head``): 128 + SIGPIPE.
+EXIT_BROKEN_PIPE = 141
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``brwsim`` console script; returns the exit status.
+
+    Every failure a user can cause ends in one line on stderr and status 2: a
+    :class:`~brwsim.errors.UserError`, a full disk or another operating-system error on a
+    file, memory exhausted, or input nested too deeply (RecursionError). A closed stdout
+    (a pipe into ``head``) ends quietly with status 141; Ctrl-C with 130.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            args = parser.parse_args(["run", *argv])
+        args.argv = argv
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()                # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("brwsim: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, MemoryError, RecursionError, OSError) as exc:
+        _error_line(exc)
+        return 2
+
+
+def _error_line(exc: BaseException) -> None:
+    """Print the one-line message of a failure a user can cause."""
+    if isinstance(exc, UserError):
+        msg = str(exc)
+    elif isinstance(exc, MemoryError):
+        msg = "out of memory: use fewer iterations, budgets or grid points"
+    elif isinstance(exc, RecursionError):
+        msg = "input nested too deeply (recursion limit reached)"
+    elif getattr(exc, "errno", None) == errno.ENOSPC:
+        where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
+        msg = f"disk full{where}: free some space or write elsewhere"
+    else:
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        msg = f"{where}{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+    msg = " ".join(msg.split()) if "\n" in msg else msg
+    try:
+        print(f"brwsim: error: {msg}", file=sys.stderr)
+    except (OSError, ValueError):  # pragma: no cover - stderr closed too
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again
+    (the recipe of the Python documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a file
+        pass

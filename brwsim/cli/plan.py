@@ -1,0 +1,126 @@
+"""``brwsim plan`` and ``brwsim export-acceptance``: budgets for a GPU, settings for an engine."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from brwsim.cli.common import DEFAULT_BUDGETS, parse_batch_sizes
+from brwsim.cost import make_cost
+from brwsim.errors import UserError
+from brwsim.export import engine_settings, predicted_schedule
+from brwsim.families import DEFAULT_FAMILY, parse_family
+from brwsim.io import atomic_path, write_netcdf_atomic
+from brwsim.plan import plan
+from brwsim.textform import format_table, parse_budgets
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``plan`` and ``export-acceptance``."""
+    pl = sub.add_parser("plan", help="the draft budget P* that maximises tokens/s per batch size, "
+                        "under a GPU roofline or a measured cost table")
+    pl.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    pl.add_argument("--batch", default="1,8,64", help="batch sizes B, e.g. '1,8,64' or '1..256' (default 1,8,64)")
+    pl.add_argument("--budgets", default=DEFAULT_BUDGETS,
+                    help="shared draft budgets P offered (nodes over the batch; default 1..4096)")
+    pl.add_argument("--iterations", type=int, default=300, help="steps simulated per batch size (default 300)")
+    pl.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    pl.add_argument("--gpu", help="GPU preset of the roofline: a100, h100, h200, b200, rtx4090 (default h100)")
+    pl.add_argument("--params", type=float, help="target model parameters, e.g. 8e9 (roofline)")
+    pl.add_argument("--bytes-per-param", type=float, default=2.0, help="weight bytes per parameter (default 2: BF16)")
+    pl.add_argument("--kv-bytes-per-token", type=float, default=0.0,
+                    help="KV-cache bytes per context token over all layers (default 0)")
+    pl.add_argument("--context", type=float, default=0.0, help="context length per request in tokens (default 0)")
+    pl.add_argument("--overhead-ms", type=float, default=0.0, help="fixed ms per verifier call (default 0)")
+    pl.add_argument("--peak-tflops", type=float, help="override the GPU's dense BF16 TFLOP/s")
+    pl.add_argument("--bandwidth-tbs", type=float, help="override the GPU's memory bandwidth in TB/s")
+    pl.add_argument("--cost-table", metavar="FILE", help="CSV with 'tokens' and 'ms' columns: measured "
+                    "verifier call times (instead of the roofline)")
+    pl.add_argument("--constant-ms", type=float, help="every verifier call takes this long (instead of the roofline)")
+    pl.add_argument("--draft-level-ms", type=float, default=0.0, help="drafter ms per forest depth level (default 0)")
+    pl.add_argument("--draft-node-ms", type=float, default=0.0, help="drafter ms per drafted node (default 0)")
+    pl.add_argument("--out", default="", help="netCDF output (default: none)")
+    pl.add_argument("--quiet", action="store_true", help="no progress bar")
+    pl.set_defaults(func=_cmd_plan)
+    exp = sub.add_parser("export-acceptance", help="a predicted acceptance schedule as vLLM, "
+                         "SGLang and TensorRT-LLM synthetic-acceptance settings (JSON)")
+    exp.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    exp.add_argument("--policy", default="chain()", help="drafting policy (default chain(); "
+                     "optimal() is the speed-of-light)")
+    exp.add_argument("--budget", type=int, required=True, help="draft nodes P (a chain: num_speculative_tokens)")
+    exp.add_argument("--iterations", type=int, default=20000, help="simulated calls (default 20000)")
+    exp.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    exp.add_argument("--positions", type=int, help="schedule length K (default: budget for a chain, "
+                     "else the deepest accepted path)")
+    exp.add_argument("--out", default="", help="also write the JSON here")
+    exp.set_defaults(func=_cmd_export)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import numpy as np
+
+
+    family = parse_family(args.family)
+    sizes = parse_batch_sizes(args.batch)
+    budgets = parse_budgets(args.budgets)
+    if args.iterations < 1:
+        raise UserError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
+    roofline = args.cost_table is None and args.constant_ms is None
+    if roofline and args.params is None:
+        raise UserError("plan: give --params (the target model's parameters) or --cost-table FILE")
+    cost = make_cost(gpu=(args.gpu or "h100") if roofline else None,
+                     params=args.params if roofline else None,
+                     bytes_per_param=args.bytes_per_param, kv_bytes_per_token=args.kv_bytes_per_token,
+                     context=args.context, overhead_ms=args.overhead_ms,
+                     peak_tflops=args.peak_tflops if roofline else None,
+                     bandwidth_tbs=args.bandwidth_tbs if roofline else None,
+                     table=args.cost_table, constant_ms=args.constant_ms,
+                     draft_level_ms=args.draft_level_ms, draft_node_ms=args.draft_node_ms)
+    show = not args.quiet and sys.stderr.isatty()
+    ds = plan(family, cost, sizes, budgets, args.iterations, args.seed, progress=show,
+              command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
+    print(f"cost: {cost.describe()}")
+    rows = []
+    for i, b in enumerate(ds["batch"].values):
+        p = int(ds["best_budget"][i])
+        j = int(np.nonzero(ds["budget"].values == p)[0][0]) if p > 0 else None
+        gain = f"{float(ds['sharing_gain'][i, j]):.3f}" if j is not None and b > 1 else "-"
+        rows.append([str(b), str(p), f"{p / b:.3g}", f"{float(ds['best_tokens_per_call'][i]):.3f}",
+                     f"{float(ds['best_tokens_per_call_se'][i]):.3f}",
+                     f"{float(ds['best_step_time'][i]) * 1e3:.3f}",
+                     f"{float(ds['plain_step_time'][i]) * 1e3:.3f}",
+                     f"{float(ds['best_speedup'][i]):.3f}", f"{float(ds['best_speedup_se'][i]):.3f}",
+                     f"{float(ds['best_tokens_per_second'][i]):.4g}", gain])
+    print(format_table(rows, ["B", "P*", "P*/B", "tokens/call", "SE", "step ms", "plain ms",
+                              "speedup", "SE", "tokens/s", "shared/split"]))
+    print("tokens/call: per request, 1 + E[X]/B; speedup: tokens/s over plain decoding "
+          "(B tokens per call); P* = 0: speculation does not pay")
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+
+    sched = predicted_schedule(args.family, args.policy, args.budget, args.iterations,
+                               args.seed, args.positions)
+    out = engine_settings(sched)
+    out["predicted"] = {"family": args.family, "policy": args.policy, "budget": args.budget,
+                        "iterations": args.iterations, "seed": args.seed,
+                        "acceptance_length_se": round(sched.acceptance_length_se, 6)}
+    text = json.dumps(out, indent=2) + "\n"
+    if args.out:
+        with atomic_path(args.out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0

@@ -1,0 +1,142 @@
+"""``brwsim run``: optimal draft trees (and policies) on one family; a table and a netCDF file."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from brwsim.cli.common import DEFAULT_BUDGETS, family_epilog, value_se
+from brwsim.errors import UserError
+from brwsim.families import DEFAULT_FAMILY, parse_family
+from brwsim.io import write_netcdf_atomic
+from brwsim.policies import Optimal, parse_policy
+from brwsim.simulate import (
+    policy_gap,
+    simulate,
+    summarize,
+    validate_budgets,
+)
+from brwsim.textform import format_table, parse_budgets
+from brwsim.validate import check_output_path
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``run``."""
+    run = sub.add_parser("run", help="optimal draft trees on one family; prints a table, writes netCDF",
+                         epilog=family_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--family", default=DEFAULT_FAMILY,
+                     help="family string, e.g. 'dirichlet(alpha=0.05, vocab=200)' (default: an LLM-like mixture)")
+    run.add_argument("--budgets", default=DEFAULT_BUDGETS,
+                     help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), '1-8' (default 1..4096)")
+    run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")
+    run.add_argument("--seed", type=int, default=0, help="root seed, any non-negative integer (default 0)")
+    run.add_argument("--out", default="run.nc", help="netCDF output (default run.nc; '' to skip)")
+    run.add_argument("--policy", action="append", metavar="POLICY",
+                     help="also evaluate a drafting policy on the same trees, e.g. "
+                          "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
+    run.add_argument("--batch", type=int, default=1,
+                     help="requests B sharing each budget: forests of B roots, the equal split alongside (default 1)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    family = parse_family(args.family)
+    budgets = validate_budgets(parse_budgets(args.budgets))
+    if args.iterations < 1:
+        raise UserError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
+    policies = _run_policies(args.policy)
+    if args.batch < 1:
+        raise UserError(f"--batch must be >= 1 (B >= 1), got {args.batch}")
+    if args.batch > 1 and policies:
+        raise UserError("--policy cannot be combined with --batch > 1 (only the optimal allocation)")
+    if args.out:        # writable, with room, before the simulation (not after it)
+        n_pol = len(policies) if policies else 1
+        check_output_path(args.out, "--out", n_pol * budgets.size * float(args.iterations) * 16)
+    show = not args.quiet and sys.stderr.isatty()
+    ds = simulate(family, budgets, args.iterations, seed=args.seed, progress=show, batch=args.batch,
+                  policies=policies, command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+    if args.batch > 1:
+        return _batch_run_table(ds, family, args)
+    opt = ds.isel(policy=0) if policies else ds          # the optimal policy comes first
+    s = summarize(opt)
+    mu, mu2 = float(ds["mu"]), float(ds["mu2"])
+    rows = []
+    for i, p in enumerate(ds["budget"].values):
+        rows.append([str(p), f"{float(s.accepted_mean[i]):.4f}", f"{float(s.accepted_se[i]):.4f}",
+                     f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.expected_mean[i]):.4f}",
+                     f"{float(s.expected_se[i]):.4f}", f"{float(s.depth_mean[i]):.2f}",
+                     f"{float(ds['paper_bound'][i]):.4f}", _fmt_se(ds, "upper_bound", i),
+                     _fmt_se(ds, "prediction", i)])
+    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth", "paper bound",
+              "upper bound", "prediction"]
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
+    se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
+    print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
+    print(format_table(rows, header))
+    if policies:
+        print(_policy_table(ds))
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _fmt_se(ds, name: str, i: int) -> str:
+    """:func:`value_se` of a per-budget variable of ``ds`` and its ``_se`` companion."""
+    se = float(ds[name + "_se"][i]) if name + "_se" in ds else 0.0
+    return value_se(float(ds[name][i]), se)
+
+
+def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
+    """``brwsim run --batch B``: forest totals, per-request tokens and the equal split."""
+
+    s = summarize(ds)
+    b = args.batch
+    rows = []
+    for i, p in enumerate(ds["budget"].values):
+        rows.append([str(p), f"{p / b:.3g}", f"{float(s.expected_mean[i]):.4f}", f"{float(s.expected_se[i]):.4f}",
+                     f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.split_expected_mean[i]):.4f}",
+                     f"{float(s.sharing_gain[i]):.4f}", f"{float(s.sharing_gain_se[i]):.4f}",
+                     f"{float(s.depth_mean[i]):.2f}"])
+    print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}   batch: {b}")
+    print(format_table(rows, ["P", "P/B", "E[X_F|F]", "SE", "tokens/request", "split E[X]",
+                              "shared/split", "SE", "depth"]))
+    print("E[X_F|F]: accepted tokens of the whole batch; tokens/request = 1 + mean X_F / B; "
+          "split: P/B nodes per request (remainder to the first)")
+    if args.out:
+        write_netcdf_atomic(ds, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _run_policies(texts: list[str] | None) -> list | None:
+    """The policies of ``run --policy`` with ``optimal()`` first (added when absent)."""
+    if not texts:
+        return None
+
+    policies = [parse_policy(t) for t in texts]
+    rest = [p for p in policies if not isinstance(p, Optimal)]
+    return [Optimal(), *rest]
+
+
+def _policy_table(ds) -> str:
+    """E[X | T] of every policy and its paired fraction of the optimum (with SE), per budget."""
+
+    g = policy_gap(ds)
+    rows = []
+    for j, p in enumerate(ds["budget"].values):
+        cells = [str(p), f"{float(g.expected_mean[0, j]):.4f}"]
+        for k in range(1, ds.sizes["policy"]):
+            cells.append(f"{float(g.expected_mean[k, j]):.4f} ({float(g.fraction_of_optimal[k, j]):.3f}"
+                         f" ± {float(g.fraction_se[k, j]):.3f})")
+        rows.append(cells)
+    names = [str(v) for v in ds["policy"].values]
+    return ("E[X|T] per policy (fraction of optimal ± SE, paired on the same trees):\n"
+            + format_table(rows, ["P", *names]))

@@ -1,0 +1,102 @@
+"""``brwsim theory`` and ``brwsim ceiling``: what the theory says, no simulation."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from brwsim.cli.common import DEFAULT_BUDGETS, family_epilog, value_se
+from brwsim.errors import UserError
+from brwsim.families import DEFAULT_FAMILY, parse_family
+from brwsim.simulate import (
+    predictions,
+    validate_budgets,
+)
+from brwsim.textform import format_table, parse_budgets
+from brwsim.theory import check_family, paper_bound
+from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``theory`` and ``ceiling``."""
+    theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation",
+                            epilog=family_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    theory.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    theory.add_argument("--budgets", default=DEFAULT_BUDGETS, help="as for run (default 1..4096)")
+    theory.set_defaults(func=_cmd_theory)
+    ceil = sub.add_parser("ceiling", help="the optimal ceiling at a mean entropy, and the entropy a "
+                          "measured tokens-per-call number implies")
+    ceil.add_argument("--budget", type=int, required=True, help="draft budget P (root excluded)")
+    ceil.add_argument("--tau", type=float, help="measured tokens per target call (bonus token included)")
+    ceil.add_argument("--entropy", type=float, help="mean next-token entropy in nats")
+    ceil.add_argument("--shape", choices=["zipf", "zipf-spread", "geometric"],
+                      help="distribution shape (default: all three; see brwsim.theory.ceiling)")
+    ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
+    ceil.set_defaults(func=_cmd_ceiling)
+
+
+def _cmd_theory(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    family = parse_family(args.family)
+    check_family(family)
+    budgets = validate_budgets(parse_budgets(args.budgets))
+    mom = family.moments()
+    pred = predictions(family, budgets)
+    bound = paper_bound(mom.mu, mom.mu2, budgets)
+    print(f"family: {family!r}")
+    print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
+          f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
+    fmt = value_se
+    rows = [[str(p), fmt(bound[i]), fmt(pred["upper_bound"][i], pred["upper_bound_se"][i]),
+             fmt(pred["prediction"][i], pred["prediction_se"][i]),
+             fmt(pred["prediction_asymptotic"][i]), fmt(pred["prediction"][i] + 1)]
+            for i, p in enumerate(budgets)]
+    print(format_table(rows, ["P", "paper bound", "upper bound", "prediction", "asymptotic",
+                              "tau pred."]))
+    if np.isnan(pred["prediction_asymptotic"]).all():
+        print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
+    if (pred["prediction_se"] > 0).any():
+        print("±: standard error from sampling the spine-step law (no exact law for this family)")
+    return 0
+
+
+def _cmd_ceiling(args: argparse.Namespace) -> int:
+
+    if args.tau is None and args.entropy is None:
+        raise UserError("ceiling: give --tau (measured tokens per call), --entropy (nats), or both")
+    shapes = [args.shape] if args.shape else list(SHAPES)
+    header, rows, above = ["shape"], [], []
+    if args.entropy is not None:
+        header.append(f"ceiling at h={args.entropy:g}")
+        if args.tau is not None:
+            header.append(f"tau={args.tau:g} / ceiling")
+    if args.tau is not None:
+        header.append(f"h* for tau={args.tau:g} (nats)")
+    for shape in shapes:
+        cells = [shape]
+        if args.entropy is not None:
+            c = float(ceiling(args.entropy, [args.budget], shape, args.vocab)[0])
+            cells.append(f"{c:.4f}")
+            if args.tau is not None:
+                cells.append(f"{args.tau / c:.3f}")
+                if args.tau > c:
+                    above.append(shape)
+        if args.tau is not None:
+            h = implied_entropy(args.tau, args.budget, shape, args.vocab)
+            cells.append("any" if math.isinf(h) else f"{h:.4f}")
+        rows.append(cells)
+    print(f"optimal tokens per call (1 + E[X]) at P = {args.budget}, vocabulary {args.vocab} "
+          "(Zipf shapes); natural logarithms")
+    print(format_table(rows, header))
+    if args.tau is not None:
+        print("h*: the largest mean entropy at which an oracle drafter reaches tau (a real "
+              "drafter needs lower)")
+    if above:
+        print(f"note: tau = {args.tau:g} is above the optimal (oracle) ceiling at h = "
+              f"{args.entropy:g} for shape {', '.join(above)}: no drafter can do that, so the "
+              f"entropy given is too high for that system (its mean entropy must be at most h*)")
+    return 0

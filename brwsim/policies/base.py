@@ -1,0 +1,164 @@
+"""The policy interface: a drafter's strategy for its tree of P draft nodes, and its registry.
+
+A policy is evaluated on the very environment of the optimal tree (same seed, iteration
+and node keys) and against the same sampled target path, so policies compare on common
+random numbers. For each budget P it records the sampled accepted count X (path nodes
+inside its tree), E[X | T] (the sum of TRUE path probabilities over its tree) and the
+depth of its tree. A policy's trees are prefix-closed sets of at most P nodes, so no
+policy can beat :class:`~brwsim.policies.Optimal` on E[X | T] in any iteration.
+
+A new policy is one file: a subclass of :class:`Policy` (or of
+:class:`~brwsim.policies.static.StaticPolicy` for a fixed shape of rank paths) that sets
+``name``, stores its parameters, and implements :meth:`Policy.params` and
+:meth:`Policy.run_roots`. Defining the class registers it (:data:`POLICIES`), so the
+string form, ``simulate(policies=...)``, ``brwsim run --policy`` and sweeps' ``[[sweep.policy]]``
+find it by name; import its module once (brwsim's own are imported by ``brwsim.policies``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.families.base import PARAM_KINDS, _fmt, check_int
+from brwsim.kernels.dist import ROOT_DRAW, ROOT_PRESET
+from brwsim.kernels.rng import root_key
+from brwsim.kernels.spec import Spec
+
+__all__ = ["Policy", "Roots", "POLICIES", "DEFAULT_POLICY", "run_policy", "new_outputs", "optional_int"]
+
+#: Every policy class by its string name, filled by :meth:`Policy.__init_subclass__`.
+POLICIES: dict[str, type["Policy"]] = {}
+
+#: The policy of ``simulate`` when none is given.
+DEFAULT_POLICY = "optimal()"
+
+
+class Policy:
+    """Base class of drafting policies.
+
+    Subclasses set ``name`` (the lower-case string-form name), store their parameters and
+    implement :meth:`params` and :meth:`run`.
+    """
+
+    name: str = "policy"
+    #: How a sweep reads each parameter (the kinds of :data:`brwsim.families.base.PARAM_KINDS`:
+    #: ``scalar`` unless listed; a ``list`` parameter's list of lists makes a grid).
+    param_kinds: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if not name:
+            return                                   # abstract bases (StaticPolicy)
+        params = list(inspect.signature(cls.__init__).parameters)[1:]
+        for key, kind in cls.param_kinds.items():
+            if kind not in PARAM_KINDS or key not in params:
+                raise TypeError(f"{cls.__name__}.param_kinds[{key!r}] = {kind!r}: not a kind "
+                                f"of {PARAM_KINDS} or not a parameter of {params}")
+        if name in POLICIES and POLICIES[name].__qualname__ != cls.__qualname__:
+            raise TypeError(f"policy name {name!r} is taken by {POLICIES[name].__qualname__}")
+        POLICIES[name] = cls
+
+    def params(self) -> dict[str, Any]:
+        """Parameters as a JSON-serialisable dict (the string form's arguments)."""
+        return {}
+
+    def run(self, spec: Spec, budgets: np.ndarray, key: np.uint64, first: int,
+            count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Iterations ``first .. first + count - 1``: see :func:`run_policy`."""
+        return self.run_roots(spec, budgets, Roots.stationary(key, first, count))
+
+    def run_roots(self, spec: Spec, budgets: np.ndarray,
+                  roots: "Roots") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The policy's trees below explicit roots (one output column per root)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={_fmt(v)}" for k, v in self.params().items() if v is not None)
+        return f"{self.name}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+class Roots(NamedTuple):
+    """Roots of trees: keys, and how their context is set (see ``brwsim.kernels.dist``).
+
+    ``mode`` is ROOT_DRAW (each root's context drawn from the stationary law; ``ci``/``cf``
+    ignored) or ROOT_PRESET (context ``ci[i]``, latent ``cf[i]``: generation runs). ``head``
+    holds one preset head row per root where the family keeps a recurrent state there
+    (``charlstm``), or no rows.
+    """
+
+    keys: np.ndarray
+    mode: int
+    ci: np.ndarray
+    cf: np.ndarray
+    head: np.ndarray = np.empty((0, 1))
+
+    @classmethod
+    def stationary(cls, key: np.uint64, first: int, count: int) -> "Roots":
+        """The roots of iterations first .. first + count - 1 of a seed key."""
+
+        keys = np.array([root_key(np.uint64(key), np.uint64(first + i)) for i in range(count)],
+                        dtype=np.uint64)
+        return cls(keys, ROOT_DRAW, np.zeros(count, np.int64), np.zeros(count))
+
+    @classmethod
+    def preset(cls, key: int, ci: int, cf: float, head: np.ndarray | None = None) -> "Roots":
+        """One root with a given context (the next call of a generation run).
+
+        ``head``: the root's head row, where the family carries a recurrent state.
+        """
+        rows = np.empty((0, 1)) if head is None else np.ascontiguousarray(head, np.float64)[None, :]
+        return cls(np.array([key], np.uint64), ROOT_PRESET, np.array([ci], np.int64),
+                   np.array([cf], np.float64), rows)
+
+
+def new_outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (np.empty((m, count), np.int32), np.empty((m, count)), np.empty((m, count), np.int32))
+
+
+def optional_int(name: str, value: Any, minimum: int) -> int | None:
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return None
+    return check_int(name, value, minimum)
+
+
+def run_policy(policy: Policy, spec: Spec, budgets: np.ndarray, seed_key: np.uint64, first: int,
+               count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Iterations ``first .. first + count - 1`` of one policy: the numba call, few checks.
+
+    The analogue of :func:`brwsim.simulate.run_iterations` for any policy, on the same
+    environment (the root of iteration i is ``root_key(seed_key, i)``).
+
+    Parameters
+    ----------
+    policy : Policy
+        The drafting policy.
+    spec : Spec
+        The family's compiled form (``family.spec()``).
+    budgets : numpy.ndarray
+        Sorted distinct positive int64 budgets (see :func:`brwsim.simulate.validate_budgets`).
+    seed_key : numpy.uint64
+        Root key of the run (:func:`brwsim.simulate.seed_key`).
+    first, count : int
+        Iteration range.
+
+    Returns
+    -------
+    accepted, expected_accepted, depth : numpy.ndarray
+        Arrays of shape (len(budgets), count): sampled X, E[X | T] (sum of true path
+        probabilities over the policy's tree) and the depth of the policy's tree.
+    """
+    if not isinstance(policy, Policy):
+        raise UserError(f"policy must be a brwsim policy, got {policy!r}")
+    budgets = np.ascontiguousarray(budgets, dtype=np.int64)
+    return policy.run(spec, budgets, np.uint64(seed_key), int(first), int(count))

@@ -1,0 +1,206 @@
+"""Running a sweep's tasks: the plan (which shards are usable), joblib or dask, progress.
+
+Tasks are keyed (point, chunk); ``joblib.Parallel`` runs the missing ones with the
+caller's backend (loky by default, dask through ``joblib.parallel_config``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from brwsim.engine import run_forest, run_iterations
+from brwsim.errors import UserError
+from brwsim.sweep.claim import FolderState
+from brwsim.sweep.config import SweepConfig
+from brwsim.sweep.shards import (
+    THEORY_CHUNK,
+    ChunkTask,
+    TaskResult,
+    TheoryTask,
+    read_shard,
+    run_task,
+    shard_name,
+)
+from brwsim.validate import echo
+
+__all__ = ["Task", "ShardInfo", "plan_tasks", "execute", "check_options", "load_shard", "BACKENDS"]
+
+BACKENDS = ("loky", "dask")
+
+Task = ChunkTask | TheoryTask
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    x_max: int
+    visited: int
+
+
+#: A dask scheduler address: [scheme://]host[:port] (host a name, an IPv4 or a [IPv6]).
+_ADDRESS = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
+                      r"(?::\d{1,5})?/?\Z|inproc://\S+\Z")
+
+
+def check_options(jobs: int | None, backend: str | None, scheduler: Any) -> None:
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                             or (jobs < 1 and jobs != -1)):
+        raise UserError(f"jobs must be a positive integer or -1 (all cores), got {jobs!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if scheduler is not None and backend != "dask":
+        raise UserError("a scheduler needs backend 'dask' (--backend dask)")
+    if isinstance(scheduler, str) and not _ADDRESS.match(scheduler.strip()):
+        raise UserError(f"--scheduler: {echo(scheduler)} is not a dask scheduler address "
+                        "(e.g. tcp://host:8786 or host:8786)")
+
+
+# --- tasks -------------------------------------------------------------------------------
+
+def plan_tasks(cfg: SweepConfig, out: Path, raw: bool, state: FolderState
+          ) -> tuple[list[Task], dict[tuple[int, int], ShardInfo], int]:
+    """Tasks still to run, usable shards already present, and the number discarded."""
+    shards = out / "shards"
+    state.created_shards = not shards.exists()
+    shards.mkdir(exist_ok=True)
+    todo: list[Task] = []
+    infos: dict[tuple[int, int], ShardInfo] = {}
+    discarded = 0
+    for task in _tasks(cfg, shards, raw):
+        path = Path(task.path)
+        if path.exists():
+            info = _usable(out, cfg, task, raw)
+            if info is not None:
+                infos[(task.point, task.chunk)] = info
+                continue
+            path.unlink()
+            discarded += 1
+        todo.append(task)
+    return todo, infos, discarded
+
+
+def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
+    """Every task of the sweep: theory tasks first (the slowest), then all chunks."""
+    points = list(cfg.points())
+    for p in points:
+        yield TheoryTask(p.index, p.family, cfg.budgets, cfg.prediction,
+                         str(shards / shard_name(p.index, THEORY_CHUNK)), cfg.hash)
+    for p in points:
+        spec, key = p.family.spec(), int(cfg.point_key(p.index))
+        for chunk, first, count in cfg.chunks():
+            yield ChunkTask(p.index, chunk, first, count, key, cfg.budgets, spec,
+                            str(shards / shard_name(p.index, chunk)), cfg.hash, raw,
+                            p.block.batch(p.local))
+
+
+def load_shard(out: Path, cfg: SweepConfig, point: int, chunk: int, raw: bool) -> Any:
+    """The shard of task (point, chunk) if it is usable for this sweep, else None."""
+    path = out / "shards" / shard_name(point, chunk)
+    if chunk == THEORY_CHUNK:
+        return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets)
+    first = chunk * cfg.chunk
+    return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets,
+                      first=first, count=min(cfg.chunk, cfg.iterations - first), raw=raw)
+
+
+def _usable(out: Path, cfg: SweepConfig, task: Task, raw: bool) -> ShardInfo | None:
+    ds = load_shard(out, cfg, task.point, task.chunk, raw)
+    if ds is None:
+        return None
+    return ShardInfo(int(ds.attrs.get("x_max", -1)), int(ds.attrs.get("nodes_visited", 0)))
+
+
+def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Path,
+             n_total: int, jobs: int | None, backend: str | None, scheduler: Any,
+             show: bool) -> int:
+    """Run ``tasks`` in parallel, recording each finished shard in ``infos``; tree nodes run."""
+    if not tasks:
+        return 0
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    _warm_numba(tasks)
+    nodes = 0
+    with _parallel_backend(backend, scheduler, jobs) as n_jobs, \
+            tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
+                 disable=not show, dynamic_ncols=True) as bar:
+        start = time.perf_counter()
+        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            delayed(run_task)(t) for t in tasks)
+        for res in results:
+            _check_written(out, res)
+            infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited)
+            nodes += res.tree_nodes
+            rate = nodes / max(time.perf_counter() - start, 1e-9)
+            bar.set_postfix_str(f"{rate:.3g} tree nodes/s", refresh=False)
+            bar.update(1)
+    return nodes
+
+
+def _warm_numba(tasks: list[Task]) -> None:
+    """Compile (or load from numba's cache) the kernel once here, before fanning out."""
+    task = next((t for t in tasks if isinstance(t, ChunkTask)), None)
+    if task is not None:
+        run_iterations(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1)
+    task = next((t for t in tasks if isinstance(t, ChunkTask) and t.batch > 1), None)
+    if task is not None:
+        run_forest(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1, 2)
+
+
+def _check_written(out: Path, res: TaskResult) -> None:
+    path = out / "shards" / shard_name(res.point, res.chunk)
+    if not path.is_file():
+        raise UserError(f"a worker finished task (point {res.point}, chunk {res.chunk}) but "
+                        f"{path} does not exist here: the output folder must be on a file "
+                        "system shared by the driver and every worker")
+
+
+@contextlib.contextmanager
+def _parallel_backend(backend: str | None, scheduler: Any, jobs: int | None) -> Iterator[int]:
+    """Enter the joblib backend chosen by ``backend``; yields the ``n_jobs`` to use."""
+    from joblib import parallel_config
+
+    if backend is None:
+        yield jobs or 1
+    elif backend == "loky":
+        with parallel_config(backend="loky"):
+            yield jobs or 1
+    else:
+        with _dask_client(scheduler, jobs) as client, parallel_config(backend="dask", client=client):
+            yield jobs or -1
+
+
+@contextlib.contextmanager
+def _dask_client(scheduler: Any, jobs: int | None) -> Iterator[Any]:
+    """A ``distributed.Client``: the one given, one for an address, or a LocalCluster's."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UserError("backend 'dask' needs dask.distributed: pip install 'brwsim[dask]'") from None
+    if scheduler is not None and not isinstance(scheduler, str):
+        yield scheduler
+        return
+    if scheduler is None:
+        import logging
+
+        n = jobs if jobs and jobs > 0 else os.cpu_count() or 1
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+                Client(cluster) as client:
+            yield client
+        return
+    try:
+        client = Client(scheduler, timeout="20s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"cannot connect to the dask scheduler {echo(scheduler)}: "
+                        f"{' '.join(str(exc).split())[:200]}") from None
+    with client:
+        yield client
