@@ -180,30 +180,39 @@ def _before(pos, dep, i, j):
 
 
 @kernel
-def _select_range(order, lo, hi, k, pos, dep):
-    """Rearrange order[lo:hi] so that order[lo:k] holds its k - lo first nodes (quickselect)."""
+def _less(pos, dep, i, j, plain):
+    """i before j: by plain float position (``plain``), else by :func:`_before`."""
+    if plain:
+        return pos[i] < pos[j]
+    return _before(pos, dep, i, j)
+
+
+@kernel
+def _select_range(order, lo, hi, k, pos, dep, plain):
+    """Rearrange order[lo:hi] so that order[lo:k] holds its k - lo first nodes by
+    :func:`_less` (quickselect, median-of-three pivot)."""
     hi -= 1
     while hi > lo:
         mid = (lo + hi) >> 1
         a, b, c = order[lo], order[mid], order[hi]
-        if _before(pos, dep, a, b):
-            if _before(pos, dep, b, c):
+        if _less(pos, dep, a, b, plain):
+            if _less(pos, dep, b, c, plain):
                 piv = b
-            elif _before(pos, dep, a, c):
+            elif _less(pos, dep, a, c, plain):
                 piv = c
             else:
                 piv = a
-        elif _before(pos, dep, a, c):
+        elif _less(pos, dep, a, c, plain):
             piv = a
-        elif _before(pos, dep, b, c):
+        elif _less(pos, dep, b, c, plain):
             piv = c
         else:
             piv = b
         i, j = lo, hi
         while i <= j:
-            while _before(pos, dep, order[i], piv):
+            while _less(pos, dep, order[i], piv, plain):
                 i += 1
-            while _before(pos, dep, piv, order[j]):
+            while _less(pos, dep, piv, order[j], plain):
                 j -= 1
             if i <= j:
                 order[i], order[j] = order[j], order[i]
@@ -218,39 +227,6 @@ def _select_range(order, lo, hi, k, pos, dep):
 
 
 @kernel
-def _select_values(order, hi, k, pos):
-    """Rearrange order[:hi] so that order[:k] holds k nodes of smallest pos (plain float
-    order, ties arbitrary); returns the k-th smallest value."""
-    lo = 0
-    hi -= 1
-    while hi > lo:
-        mid = (lo + hi) >> 1
-        a, b, c = pos[order[lo]], pos[order[mid]], pos[order[hi]]
-        piv = max(min(a, b), min(max(a, b), c))      # median of three
-        i, j = lo, hi
-        while i <= j:
-            while pos[order[i]] < piv:
-                i += 1
-            while piv < pos[order[j]]:
-                j -= 1
-            if i <= j:
-                order[i], order[j] = order[j], order[i]
-                i += 1
-                j -= 1
-        if k - 1 <= j:
-            hi = j
-        elif k - 1 >= i:
-            lo = i
-        else:
-            break
-    v = pos[order[0]]
-    for i in range(1, k):
-        if pos[order[i]] > v:
-            v = pos[order[i]]
-    return v
-
-
-@kernel
 def _select(order, hi, k, pos, dep):
     """Rearrange order[:hi] so that order[:k] holds its k first nodes by :func:`_before`.
 
@@ -262,7 +238,11 @@ def _select(order, hi, k, pos, dep):
     """
     if k >= hi or k <= 0:
         return
-    v = _select_values(order, hi, k, pos)
+    _select_range(order, 0, hi, k, pos, dep, True)
+    v = pos[order[0]]                   # the k-th smallest value
+    for i in range(1, k):
+        if pos[order[i]] > v:
+            v = pos[order[i]]
     m = 8.0 * TIE_REL * abs(v)
     lo_v = v - m
     hi_v = v + m
@@ -278,7 +258,7 @@ def _select(order, hi, k, pos, dep):
             order[z], order[i] = order[i], order[z]
             z += 1
     if z > k:
-        _select_range(order, c, z, k, pos, dep)
+        _select_range(order, c, z, k, pos, dep, False)
 
 
 @kernel
