@@ -5,6 +5,9 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
 * :data:`kernel` (``_nrt=False``) compiles kernels that never allocate: without the numba
   runtime they carry no reference counting, which otherwise costs two atomic operations
   per array argument and call (measured: 200 -> 36 ns per tree node on Uniform(3)).
+* :data:`inline_kernel` is :data:`kernel` inlined into its callers by numba itself (LLVM
+  does not inline a cached callee with many array arguments): for the few small
+  functions on a tree pass's hot path.
 * :data:`njit_cached` compiles functions that allocate (workspaces, drivers).
 * :data:`dense_kernel` is :data:`kernel` for dense float arithmetic (the LSTM's products
   and gates): ``a * b + c`` may fuse into one FMA (``fastmath={"contract"}``, no other
@@ -79,6 +82,7 @@ def _jit(**options):
 
 
 kernel = _jit(_nrt=False)
+inline_kernel = _jit(_nrt=False, inline="always")
 njit_cached = _jit()
 dense_kernel = _jit(_nrt=False, fastmath={"contract"}, error_model="numpy")
 

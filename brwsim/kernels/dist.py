@@ -52,7 +52,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from brwsim.kernels import kernel
+from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
@@ -371,6 +371,110 @@ def _context(cprog, key, d, lf, li, head, pd, rank):
     return int(cprog[base + 2 * k]), int(cprog[base + 2 * k + 1]), -1.0
 
 
+CLOSED_KINDS = (UNIFORM, TABLE, GEOMETRIC, ZIPF, BANK, PEAKED)
+# log(i) for i < _N_LOG, by the same libm log the kernels call (bit-identical to math.log in
+# a kernel): Zipf and Peaked ranks read it instead of computing a logarithm per child.
+_N_LOG = 2048
+_LOG = np.array([math.log(float(i)) if i > 0 else NEG_INF for i in range(_N_LOG)])
+
+
+@inline_kernel
+def _log_int(i):
+    """log(i) for an integer i >= 1 (a table below _N_LOG)."""
+    return _LOG[i] if i < _N_LOG else math.log(float(i))
+
+
+@kernel
+def closed_form(kinds, cprog):
+    """True when nodes are i.i.d. (no context program) and every component is closed-form
+    (one of CLOSED_KINDS): the tree pass then calls :func:`closed_init` and
+    :func:`closed_next` inline instead of :func:`dist_init` and :func:`dist_next`."""
+    if int(cprog[0]) != CTX_NONE:
+        return False
+    for c in range(kinds.shape[0]):
+        k = kinds[c]
+        if not (k <= PEAKED and k != ORDERSTAT):
+            return False
+    return True
+
+
+@inline_kernel
+def closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li):
+    """:func:`dist_init` of an i.i.d. node of a :func:`closed_form` family (the same state)."""
+    dk = purpose_key(key, DIST)
+    c = 0
+    if kinds.shape[0] > 1:
+        c = _pick(cw, 0, kinds.shape[0], unit(dk, 0))
+    kind = kinds[c]
+    li[d, 0] = kind
+    li[d, 1] = 0
+    li[d, 2] = c
+    _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
+
+
+@inline_kernel
+def _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li):
+    """Level ``d``'s state for a closed-form component ``c`` of kind ``kind``."""
+    if kind == ZIPF:
+        s_lo = fpar[c, 0]
+        s = s_lo + unit(dk, 1) * (fpar[c, 1] - s_lo)
+        lf[d, 0] = s
+        lf[d, 1] = spline_eval(data, ipar[c, 0], ipar[c, 1] // 4, s_lo, fpar[c, 2], s)
+        li[d, 3] = ipar[c, 2]
+    elif kind == GEOMETRIC:
+        lf[d, 0] = fpar[c, 1]
+        lf[d, 1] = fpar[c, 2]
+    elif kind == BANK:
+        nrows = ipar[c, 2]
+        li[d, 3] = min(int(unit(dk, 1) * nrows), nrows - 1)
+    elif kind == PEAKED:
+        top, coef = _peaked_params(fpar[c, 0], fpar[c, 1], fpar[c, 2], fpar[c, 3],
+                                   fpar[c, 4], fpar[c, 5], dk)
+        lf[d, 0] = top
+        lf[d, 1] = coef
+        lf[d, 2] = fpar[c, 2]
+        li[d, 3] = 0                      # 1 once the top-1 token has been emitted
+
+
+@inline_kernel
+def closed_next(fpar, ipar, data, d, lf, li):
+    """:func:`dist_next` of a level set up by :func:`closed_init`."""
+    kind = li[d, 0]
+    c = li[d, 2]
+    r = li[d, 1]
+    li[d, 1] = r + 1
+    return _closed_next(fpar, ipar, data, kind, c, r, d, lf, li)
+
+
+@inline_kernel
+def _closed_next(fpar, ipar, data, kind, c, r, d, lf, li):
+    """Log-probability of rank ``r`` of a closed-form level (``-inf`` past the vocabulary)."""
+    out = NEG_INF
+    if kind == ZIPF:
+        if r < li[d, 3]:
+            out = -lf[d, 0] * _log_int(r + 1) - lf[d, 1]
+    elif kind == GEOMETRIC:
+        out = lf[d, 1] if r == 0 else lf[d, 1] + r * lf[d, 0]
+    elif kind == UNIFORM:
+        if r < ipar[c, 2]:
+            out = fpar[c, 0]
+    elif kind == TABLE:
+        if r < ipar[c, 1]:
+            out = data[ipar[c, 0] + r]
+    elif kind == BANK:
+        k = ipar[c, 3]
+        if r < k:
+            out = data[ipar[c, 0] + li[d, 3] * k + r]
+    elif kind == PEAKED:
+        i = r + 1 - li[d, 3]              # next Zipf index, 1-based
+        if i <= ipar[c, 2] - 1:
+            out = lf[d, 1] - lf[d, 2] * _log_int(i)
+        if li[d, 3] == 0 and lf[d, 0] >= out:
+            li[d, 3] = 1
+            out = lf[d, 0]
+    return out
+
+
 @kernel
 def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq, pd, rank):
     """Set up level ``d`` with the distribution of the node whose key is ``key``.
@@ -391,28 +495,10 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     li[d, 0] = kind
     li[d, 1] = 0
     li[d, 2] = c
-    if kind == ZIPF:
-        s_lo = fpar[c, 0]
-        s = s_lo + unit(dk, 1) * (fpar[c, 1] - s_lo)
-        lf[d, 0] = s
-        lf[d, 1] = spline_eval(data, ipar[c, 0], ipar[c, 1] // 4, s_lo, fpar[c, 2], s)
-        li[d, 3] = ipar[c, 2]
-    elif kind == GEOMETRIC:
-        r = fpar[c, 0]
-        lf[d, 0] = fpar[c, 1]
-        lf[d, 1] = fpar[c, 2]
-    elif kind == BANK:
-        nrows = ipar[c, 2]
-        li[d, 3] = min(int(unit(dk, 1) * nrows), nrows - 1)
+    if kind <= PEAKED and kind != ORDERSTAT:
+        _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
     elif kind == ORDERSTAT:
         _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
-    elif kind == PEAKED:
-        top, coef = _peaked_params(fpar[c, 0], fpar[c, 1], fpar[c, 2], fpar[c, 3],
-                                   fpar[c, 4], fpar[c, 5], dk)
-        lf[d, 0] = top
-        lf[d, 1] = coef
-        lf[d, 2] = fpar[c, 2]
-        li[d, 3] = 0                      # 1 once the top-1 token has been emitted
     elif kind == ENTROPY:
         # data holds (shape parameter, log normaliser) per entropy value, tempered
         off, n_vals = ipar[c, 0], ipar[c, 1] // 2
@@ -479,34 +565,14 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
     r = li[d, 1]
     li[d, 1] = r + 1
     out = NEG_INF
-    if kind == ZIPF:
-        if r < li[d, 3]:
-            out = -lf[d, 0] * math.log(r + 1.0) - lf[d, 1]
-    elif kind == GEOMETRIC:
-        out = lf[d, 1] if r == 0 else lf[d, 1] + r * lf[d, 0]
-    elif kind == UNIFORM:
-        if r < ipar[c, 2]:
-            out = fpar[c, 0]
-    elif kind == TABLE:
-        if r < ipar[c, 1]:
-            out = data[ipar[c, 0] + r]
-    elif kind == BANK:
-        k = ipar[c, 3]
-        if r < k:
-            out = data[ipar[c, 0] + li[d, 3] * k + r]
+    if kind <= PEAKED and kind != ORDERSTAT:
+        out = _closed_next(fpar, ipar, data, kind, c, r, d, lf, li)
     elif kind == ORDERSTAT:
         n = ipar[c, 2]
         if r < ipar[c, 4]:
             out = head[d, r]
         elif r < n:
             out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
-    elif kind == PEAKED:
-        i = r + 1 - li[d, 3]              # next Zipf index, 1-based
-        if i <= ipar[c, 2] - 1:
-            out = lf[d, 1] - lf[d, 2] * math.log(i)
-        if li[d, 3] == 0 and lf[d, 0] >= out:
-            li[d, 3] = 1
-            out = lf[d, 0]
     elif (kind == NGRAM or kind == LSTM) and r < li[d, 3]:
         out = head[d, r]
     return out
