@@ -115,6 +115,9 @@ def _points(summary: xr.Dataset, attrs: dict[str, Any]) -> Iterator[tuple[str, x
             label = str(pt["family_string"].values)
         else:
             label = str(attrs.get("family", "?"))
+        for extra in ("policy", "batch"):        # grid dimensions that are not family parameters
+            if extra in pt.coords and pt[extra].ndim == 0:
+                label += f"   {extra}: {pt[extra].values}"
         yield label, pt
 
 

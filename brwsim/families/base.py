@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from brwsim.kernels.spec import Component, Spec, compile_spec
+from brwsim.registry import PARAM_KINDS, register
 from brwsim.theory.laws import Moments
 from brwsim.theory.sampled import SampledLaw
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
@@ -27,12 +28,6 @@ __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distributi
            "REGISTRY", "PARAM_KINDS", "check_int", "check_positive", "tempered_listed",
            "log_or_minf"]
 
-#: Parameter kinds a family declares (``Family.param_kinds``), and how a sweep reads them:
-#: ``scalar`` (a number or string; a list makes a grid), ``list`` (a list of numbers or
-#: strings is one value; a list of lists makes a grid), ``matrix`` (a list of lists is one
-#: value; one more level makes a grid), ``family`` (a family string; a list makes a grid),
-#: ``families`` (a list of family strings is one value; a list of lists makes a grid).
-PARAM_KINDS = ("scalar", "list", "matrix", "family", "families")
 #: Every family class by its string name, filled by :meth:`Family.__init_subclass__`.
 REGISTRY: dict[str, type["Family"]] = {}
 
@@ -89,19 +84,7 @@ class Family:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if not name or cls.__name__.startswith("_"):
-            return                                   # abstract helpers (_OrderStatFamily)
-        import inspect
-
-        params = list(inspect.signature(cls.__init__).parameters)[1:]
-        for key, kind in cls.param_kinds.items():
-            if kind not in PARAM_KINDS or key not in params:
-                raise TypeError(f"{cls.__name__}.param_kinds[{key!r}] = {kind!r}: not a kind "
-                                f"of {PARAM_KINDS} or not a parameter of {params}")
-        if name in REGISTRY and REGISTRY[name].__qualname__ != cls.__qualname__:
-            raise TypeError(f"family name {name!r} is taken by {REGISTRY[name].__qualname__}")
-        REGISTRY[name] = cls
+        register(REGISTRY, cls, "family")
 
     @classmethod
     def param_kind(cls, key: str) -> str:

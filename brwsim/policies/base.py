@@ -17,16 +17,16 @@ find it by name; import its module once (brwsim's own are imported by ``brwsim.p
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.families.base import PARAM_KINDS, _fmt, check_int
+from brwsim.families.base import _fmt, check_int
 from brwsim.kernels.dist import ROOT_DRAW, ROOT_PRESET
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.spec import Spec
+from brwsim.registry import register
 
 __all__ = ["Policy", "Roots", "POLICIES", "DEFAULT_POLICY", "run_policy", "new_outputs", "optional_int"]
 
@@ -45,23 +45,13 @@ class Policy:
     """
 
     name: str = "policy"
-    #: How a sweep reads each parameter (the kinds of :data:`brwsim.families.base.PARAM_KINDS`:
+    #: How a sweep reads each parameter (the kinds of :data:`brwsim.registry.PARAM_KINDS`:
     #: ``scalar`` unless listed; a ``list`` parameter's list of lists makes a grid).
     param_kinds: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if not name:
-            return                                   # abstract bases (StaticPolicy)
-        params = list(inspect.signature(cls.__init__).parameters)[1:]
-        for key, kind in cls.param_kinds.items():
-            if kind not in PARAM_KINDS or key not in params:
-                raise TypeError(f"{cls.__name__}.param_kinds[{key!r}] = {kind!r}: not a kind "
-                                f"of {PARAM_KINDS} or not a parameter of {params}")
-        if name in POLICIES and POLICIES[name].__qualname__ != cls.__qualname__:
-            raise TypeError(f"policy name {name!r} is taken by {POLICIES[name].__qualname__}")
-        POLICIES[name] = cls
+        register(POLICIES, cls, "policy")
 
     def params(self) -> dict[str, Any]:
         """Parameters as a JSON-serialisable dict (the string form's arguments)."""
@@ -136,7 +126,7 @@ def run_policy(policy: Policy, spec: Spec, budgets: np.ndarray, seed_key: np.uin
                count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Iterations ``first .. first + count - 1`` of one policy: the numba call, few checks.
 
-    The analogue of :func:`brwsim.simulate.run_iterations` for any policy, on the same
+    The analogue of :func:`brwsim.engine.run_iterations` for any policy, on the same
     environment (the root of iteration i is ``root_key(seed_key, i)``).
 
     Parameters
@@ -146,9 +136,9 @@ def run_policy(policy: Policy, spec: Spec, budgets: np.ndarray, seed_key: np.uin
     spec : Spec
         The family's compiled form (``family.spec()``).
     budgets : numpy.ndarray
-        Sorted distinct positive int64 budgets (see :func:`brwsim.simulate.validate_budgets`).
+        Sorted distinct positive int64 budgets (see :func:`brwsim.engine.validate_budgets`).
     seed_key : numpy.uint64
-        Root key of the run (:func:`brwsim.simulate.seed_key`).
+        Root key of the run (:func:`brwsim.keys.seed_key`).
     first, count : int
         Iteration range.
 

@@ -14,7 +14,7 @@ __all__ = ["Optimal"]
 class Optimal(Policy):
     """The optimal tree: the P nodes of highest true path probability (the default).
 
-    Ties break by depth, then rank path; this is :func:`brwsim.simulate.run_iterations`.
+    Ties break by depth, then rank path; this is :func:`brwsim.engine.run_iterations`.
 
     Parameters
     ----------

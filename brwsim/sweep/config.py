@@ -67,6 +67,7 @@ from brwsim.cost import make_cost
 from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
+from brwsim.policies import POLICIES, Optimal
 from brwsim.validate import check_int, echo
 
 __all__ = ["SweepConfig", "Block", "Point", "load_config", "PREDICTION_METHODS", "CONFIG_FORMAT",
@@ -84,7 +85,7 @@ MAX_POINTS = 100_000
 MAX_TASKS = 1_000_000
 
 _SWEEP_KEYS = ("seed", "iterations", "chunk", "budgets", "prediction", "title", "batch", "cost",
-               "family")
+               "family", "policy")
 #: Keys of a sweep's ``[sweep.cost]`` table (the options of :func:`brwsim.cost.make_cost`).
 COST_KEYS = ("gpu", "params", "bytes_per_param", "kv_bytes_per_token", "context", "overhead_ms",
              "peak_tflops", "bandwidth_tbs", "table", "constant_ms", "draft_level_ms",
@@ -123,20 +124,26 @@ class Block:
     families: tuple[Family, ...]
     first_point: int
     batches: tuple[int, ...] = ()
+    policies: tuple[str, ...] = ()
 
     def batch(self, local: int) -> int:
         """Batch size B of the block's point ``local`` (1 without a ``batch`` setting)."""
         return self.batches[local] if self.batches else 1
 
-    def key_local(self, local: int) -> int:
-        """The point whose root key ``local`` uses: its family's point at the first batch size.
+    def policy(self, local: int) -> str:
+        """Drafting policy (string form) of the block's point ``local`` (``""``: the optimal tree)."""
+        return self.policies[local] if self.policies else ""
 
-        With a ``batch`` grid (the block's last dimension) the points of one family at
-        every batch size share their roots, so batch sizes are compared on the same roots.
+    def key_local(self, local: int) -> int:
+        """The point whose root key ``local`` uses: its family's point at the first policy
+        and batch size.
+
+        With a ``policy`` or ``batch`` grid (the block's last dimensions) the points of one
+        family under every policy and batch size share their roots, so policies and batch
+        sizes are compared on common random numbers.
         """
-        if "batch" not in self.grid:
-            return local
-        return local - local % len(self.grid["batch"])
+        trailing = math.prod(len(self.grid[k]) for k in ("policy", "batch") if k in self.grid)
+        return local - local % trailing
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -306,8 +313,9 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
     if not isinstance(title, str):
         raise UserError(f"sweep.title: must be a string, got {echo(title)}")
     batch = _batch(sweep["batch"]) if "batch" in sweep else None
+    policies = _policies(sweep["policy"], batch) if "policy" in sweep else None
     cost, cost_norm = _cost(sweep["cost"]) if "cost" in sweep else (None, None)
-    blocks = _blocks(_required(sweep, "family"), batch)
+    blocks = _blocks(_required(sweep, "family"), batch, policies)
     n_points = sum(b.n_points for b in blocks)
     if n_points * (n_chunks + 1) > MAX_TASKS:
         raise UserError(f"sweep: {n_points} points x {n_chunks + 1} tasks per point (chunks of "
@@ -321,6 +329,8 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
     }
     if batch is not None:                # absent keys keep older configurations' hashes
         normalized["batch"] = batch
+    if policies is not None:
+        normalized["policy"] = policies
     if cost_norm is not None:
         normalized["cost"] = cost_norm
     digest = hashlib.sha256(json.dumps(normalized, sort_keys=True).encode()).hexdigest()
@@ -406,14 +416,16 @@ def _budgets(value: Any) -> np.ndarray:
         raise UserError(f"sweep.budgets: {_unprefixed('budgets', str(exc))}") from None
 
 
-def _blocks(value: Any, batch: int | list[int] | None = None) -> tuple[Block, ...]:
+def _blocks(value: Any, batch: int | list[int] | None = None,
+            policies: list[str] | None = None) -> tuple[Block, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(b, Mapping) for b in value):
         raise UserError("sweep.family: must be one or more [[sweep.family]] tables")
     blocks: list[Block] = []
     first = 0
     used: set[str] = set()
     for i, table in enumerate(value):
-        block = _with_batch(_block(i, table, first, used, MAX_POINTS - first), batch)
+        block = _with_batch(_with_policies(_block(i, table, first, used, MAX_POINTS - first),
+                                           policies), batch)
         used.add(block.label)
         blocks.append(block)
         first += block.n_points
@@ -454,10 +466,75 @@ def _with_batch(block: Block, batch: int | list[int] | None) -> Block:
                         "with sweep.batch")
     if not isinstance(batch, list):
         return Block(block.index, block.label, block.name, block.fixed, block.grid, block.families,
-                     block.first_point, (batch,) * block.n_points)
+                     block.first_point, (batch,) * block.n_points, block.policies)
     families = tuple(f for f in block.families for _ in batch)
+    pols = tuple(p for p in block.policies for _ in batch)
     return Block(block.index, block.label, block.name, block.fixed, {**block.grid, "batch": batch},
-                 families, block.first_point, tuple(b for _ in block.families for b in batch))
+                 families, block.first_point, tuple(b for _ in block.families for b in batch), pols)
+
+
+def _with_policies(block: Block, policies: list[str] | None) -> Block:
+    """The block with a ``policy`` grid dimension after its parameters (before ``batch``)."""
+    if policies is None:
+        return block
+    if "policy" in block.grid or "policy" in block.fixed:
+        raise UserError(f"sweep.family[{block.index}]: a family parameter named 'policy' clashes "
+                        "with [[sweep.policy]]")
+    n = block.n_points * len(policies)
+    if block.first_point + n > MAX_POINTS:
+        raise UserError(f"sweep.family[{block.index}]: {block.n_points} points x {len(policies)} "
+                        f"policies take the sweep above the maximum {MAX_POINTS} points")
+    return Block(block.index, block.label, block.name, block.fixed,
+                 {**block.grid, "policy": list(policies)},
+                 tuple(f for f in block.families for _ in policies), block.first_point,
+                 policies=tuple(p for _ in block.families for p in policies))
+
+
+def _policies(value: Any, batch: int | list[int] | None) -> list[str]:
+    """``[[sweep.policy]]`` tables: each a policy name and its parameters, a list making a grid.
+
+    Returns the distinct policies' string forms in file order (row-major within a table):
+    the values of every block's ``policy`` dimension.
+    """
+    if not isinstance(value, list) or not value or not all(isinstance(t, Mapping) for t in value):
+        raise UserError("sweep.policy: must be one or more [[sweep.policy]] tables, e.g. "
+                        "name = \"dynamic\", depth = [4, 6, 8], topk = 10")
+    out: list[str] = []
+    for i, table in enumerate(value):
+        where = f"sweep.policy[{i}]"
+        name = table.get("name")
+        if not isinstance(name, str) or name.lower() not in POLICIES:
+            raise UserError(f"{where}.name: unknown policy {echo(name)}; known: "
+                            f"{', '.join(sorted(POLICIES))}")
+        cls = POLICIES[name.lower()]
+        allowed = list(inspect.signature(cls).parameters)
+        axes: list[tuple[str, list[Any]]] = []
+        for key, v in table.items():
+            if key == "name":
+                continue
+            if key not in allowed:
+                raise UserError(f"{where}.{key}: unknown key; {cls.name} takes {', '.join(allowed) or 'no parameters'}")
+            swept = _depth(v) > _DEPTH[cls.param_kinds.get(key, "scalar")]
+            if swept and not v:
+                raise UserError(f"{where}.{key}: empty list (a list makes a grid dimension: give "
+                                "at least one value)")
+            axes.append((key, list(v) if swept else [v]))
+        for combo in itertools.product(*(vals for _, vals in axes)):
+            kwargs = {k: c for (k, _), c in zip(axes, combo)}
+            try:
+                text = repr(cls(**kwargs))
+            except (UserError, TypeError, ValueError) as exc:
+                raise UserError(f"{where}: {exc}") from None
+            if text in out:
+                raise UserError(f"{where}: duplicate policy {text}")
+            out.append(text)
+            if len(out) > MAX_POINTS:
+                raise UserError(f"sweep.policy: more than {MAX_POINTS} policies")
+    batches = batch if isinstance(batch, list) else [batch or 1]
+    if max(batches) > 1 and any(p != repr(Optimal()) for p in out):
+        raise UserError("sweep.policy: drafting policies other than optimal() run one request "
+                        "per tree (no sweep.batch > 1)")
+    return out
 
 
 def _family_name(where: str, name: Any) -> str:

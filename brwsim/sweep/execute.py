@@ -98,7 +98,7 @@ def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
         for chunk, first, count in cfg.chunks():
             yield ChunkTask(p.index, chunk, first, count, key, cfg.budgets, spec,
                             str(shards / shard_name(p.index, chunk)), cfg.hash, raw,
-                            p.block.batch(p.local))
+                            p.block.batch(p.local), p.block.policy(p.local))
 
 
 def load_shard(out: Path, cfg: SweepConfig, point: int, chunk: int, raw: bool) -> Any:

@@ -32,6 +32,7 @@ from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
 from brwsim.io import write_netcdf_atomic
 from brwsim.lazy import xarray as xr
+from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
@@ -114,6 +115,9 @@ class ChunkTask:
         Keep the per-iteration arrays in the shard.
     batch : int
         Requests sharing each budget (forests of ``batch`` roots when > 1).
+    policy : str
+        A drafting policy's string form (``""``: the optimal tree), run on the point's
+        roots by :func:`brwsim.policies.run_policy`.
     """
 
     point: int
@@ -127,6 +131,7 @@ class ChunkTask:
     config_hash: str
     raw: bool
     batch: int = 1
+    policy: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,10 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
         acc, exp, dep, acc_s, exp_s, visited, extra, _ = run_forest(
             task.spec, task.budgets, np.uint64(task.key), task.first, task.count, task.batch)
         visited += extra
+    elif task.policy and task.policy != repr(Optimal()):
+        acc, exp, dep = run_policy(parse_policy(task.policy), task.spec, task.budgets,
+                                   np.uint64(task.key), task.first, task.count)
+        acc_s, exp_s, visited = acc, exp, 0
     else:
         acc, exp, dep, visited, _ = run_iterations(task.spec, task.budgets, np.uint64(task.key),
                                                    task.first, task.count)
