@@ -144,7 +144,7 @@ class DominatedSpine(ContextSpine):
     """
 
     exact_measure = False
-    what = "renewal measure of the stochastically smallest step law (a dominating law)"
+    what = "the renewal measure of the stochastically smallest step law"
 
     def density(self, laws, h, size, mode):
         cdf = None
@@ -170,7 +170,13 @@ def _matrix_series_inverse(g: np.ndarray) -> np.ndarray:
     """
     k, _, n = g.shape
     eye = np.eye(k)
-    inv = np.linalg.inv(g[:, :, 0])[:, :, None]
+    try:
+        inv = np.linalg.inv(g[:, :, 0])[:, :, None]
+    except np.linalg.LinAlgError:
+        inv = np.full((k, k, 1), np.nan)
+    if not np.isfinite(inv).all():
+        raise NoTheory("a spine step is 0 with probability 1 in a closed set of contexts "
+                       "(q = [1] there): those paths are chains and the renewal sum diverges")
     while inv.shape[2] < n:
         m = min(2 * inv.shape[2], n)
         size = sp_fft.next_fast_len(2 * m - 1, real=True)
@@ -209,6 +215,9 @@ def _grid_step(spine: ContextSpine, h: float | None) -> float:
         return step
     if h is None:
         mu = spine.min_mu
+        if mu < 1e-6:
+            raise NoTheory(f"a component's mean step is {mu:.3g} nats (an entropy near 0: "
+                           "its paths are nearly chains); the grid the bound needs is too fine")
         h = min(1e-3, mu / 100) if mu > 0 else 1e-3
     if not h > 0:
         raise UserError(f"grid step h must be > 0, got {h}")
