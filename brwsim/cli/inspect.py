@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.cli.common import bound_check
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
@@ -104,8 +105,8 @@ def point_summaries(ds: xr.Dataset) -> xr.Dataset:
     else:
 
         out = summarize(ds.load())
-    extra = [v for v in ("paper_bound", "upper_bound", "prediction", "mu", "mu2", "family_string",
-                         "batch") if v in ds]
+    extra = [v for v in ("paper_bound", "upper_bound", "upper_bound_se", "prediction", "mu", "mu2",
+                         "family_string", "batch") if v in ds]
     return out.merge(ds[extra]).load()
 
 
@@ -146,6 +147,13 @@ def _point_table(pt: xr.Dataset) -> str:
             cols.append(name)
     rows = [[str(int(p))] + [_fmt(pt[c].values[i], 2 if c == "depth_mean" else 4) for c in cols]
             for i, p in enumerate(pt["budget"].values)]
+    if "upper_bound" in pt:
+        header.append("E[X|T] vs bound")
+        se = pt["upper_bound_se"].values if "upper_bound_se" in pt else np.zeros(len(rows))
+        for i, row in enumerate(rows):
+            row.append(bound_check(float(pt["expected_mean"].values[i]),
+                                   float(pt["expected_se"].values[i]),
+                                   float(pt["upper_bound"].values[i]), float(se[i])))
     return format_table(rows, header)
 
 
@@ -217,6 +225,10 @@ def _group_lines(name: str, ds: xr.Dataset, attrs: dict[str, Any]) -> list[str]:
     lines.append(f"  iterations: {iters} per point ({stored})")
     if ds.attrs.get("notes"):
         lines.extend(f"  note: {n}" for n in str(ds.attrs["notes"]).splitlines())
+    else:                             # a run's file: the reasons of its NaN theory values
+        lines.extend(f"  {v}: n/a: {ds[v].attrs['reason']}"
+                     for v in ("upper_bound", "prediction", "paper_bound")
+                     if v in ds and ds[v].attrs.get("reason"))
     for label, pt in _points(summary, attrs):
         mom = (f"   mu = {float(pt['mu']):.6g} nats, mu2 = {float(pt['mu2']):.6g} nats^2"
                if "mu" in pt else "")

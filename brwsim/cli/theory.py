@@ -14,7 +14,7 @@ from brwsim.simulate import (
     validate_budgets,
 )
 from brwsim.textform import format_table, parse_budgets
-from brwsim.theory import check_family, paper_bound
+from brwsim.theory import check_family, paper_bound, paper_bound_reason
 from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
 
 __all__ = ["register"]
@@ -45,8 +45,11 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     check_family(family)
     budgets = validate_budgets(parse_budgets(args.budgets))
     mom = family.moments()
-    pred = predictions(family, budgets)
-    bound = paper_bound(mom.mu, mom.mu2, budgets)
+    pred, reasons = predictions(family, budgets, with_reasons=True)
+    why = paper_bound_reason(family)
+    bound = paper_bound(mom.mu, mom.mu2, budgets) if why is None else np.full(budgets.shape, np.nan)
+    if why is not None:
+        reasons["paper_bound"] = why
     print(f"family: {family!r}")
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
           f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
@@ -57,8 +60,9 @@ def _cmd_theory(args: argparse.Namespace) -> int:
             for i, p in enumerate(budgets)]
     print(format_table(rows, ["P", "paper bound", "upper bound", "prediction", "asymptotic",
                               "tau pred."]))
-    if np.isnan(pred["prediction_asymptotic"]).all():
-        print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
+    for name in ("paper_bound", "upper_bound", "prediction", "prediction_asymptotic"):
+        if name in reasons:
+            print(f"{name.replace('_', ' ')}: n/a: {reasons[name]}")
     if (pred["prediction_se"] > 0).any():
         print("±: standard error from sampling the spine-step law (no exact law for this family)")
     return 0

@@ -125,6 +125,15 @@ class Family:
         """
         return SampledLaw(self)
 
+    def context_spine(self):
+        """The spine of a context-dependent environment, for its proven bound, or None.
+
+        None for i.i.d. families (their :meth:`spine_law` is the whole story) and for
+        context-dependent families without a proven bound. Those with one return a
+        :class:`~brwsim.theory.contextual.ContextSpine` (``docs/theory.md``, Section 7).
+        """
+        return None
+
     def top1_mean(self) -> float | None:
         """E[max_i q_i], the exact E[X] at budget P = 1, where a closed form exists (else None)."""
         return None

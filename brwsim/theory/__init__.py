@@ -4,6 +4,8 @@ Natural logarithms (nats) everywhere; the derivations are in ``docs/theory.md``.
 
 * :mod:`~brwsim.theory.predict`: the paper's bound, the renewal prediction, the proven
   Lagrangian upper bound, E[max q] at P = 1, and the one-line check of degenerate families.
+* :mod:`~brwsim.theory.contextual`: the proven bound of context-dependent environments
+  (typed, depth-dependent and dominated spines).
 * :mod:`~brwsim.theory.renewal`: the renewal functions U and M on a grid and what they
   give for a budget.
 * :mod:`~brwsim.theory.laws`, :mod:`~brwsim.theory.beta_laws`,
@@ -15,8 +17,15 @@ Natural logarithms (nats) everywhere; the derivations are in ``docs/theory.md``.
 """
 
 from brwsim.theory.laws import MAX_EXACT_ATOMS, Moments, SpineLaw, SpineSteps, geometric_atom_count
+from brwsim.theory.contextual import NoTheory
 from brwsim.theory.predict import (
+    CURVES,
     Prediction,
+    TheoryCurves,
+    context_spine,
+    is_iid,
+    paper_bound_reason,
+    theory_curves,
     check_family,
     exact_small_budget,
     paper_bound,
@@ -31,6 +40,13 @@ __all__ = [
     "SpineSteps",
     "Moments",
     "Prediction",
+    "TheoryCurves",
+    "theory_curves",
+    "paper_bound_reason",
+    "context_spine",
+    "is_iid",
+    "NoTheory",
+    "CURVES",
     "paper_bound",
     "prediction",
     "prediction_with_se",
