@@ -4,6 +4,8 @@ Natural logarithms (nats) everywhere; the derivations are in ``docs/theory.md``.
 
 * :mod:`~brwsim.theory.predict`: the paper's bound, the renewal prediction, the proven
   Lagrangian upper bound, E[max q] at P = 1, and the one-line check of degenerate families.
+* :mod:`~brwsim.theory.conditioned`: the proven bound conditioned on the first nodes of
+  sampled trees, sharp at small budgets.
 * :mod:`~brwsim.theory.renewal`: the renewal functions U and M on a grid and what they
   give for a budget.
 * :mod:`~brwsim.theory.laws`, :mod:`~brwsim.theory.beta_laws`,
@@ -14,6 +16,7 @@ Natural logarithms (nats) everywhere; the derivations are in ``docs/theory.md``.
   inverse (it builds families, so it sits above them and is not imported here).
 """
 
+from brwsim.theory.conditioned import small_budget_bound
 from brwsim.theory.laws import MAX_EXACT_ATOMS, Moments, SpineLaw, SpineSteps, geometric_atom_count
 from brwsim.theory.predict import (
     Prediction,
@@ -35,6 +38,7 @@ __all__ = [
     "prediction",
     "prediction_with_se",
     "upper_bound",
+    "small_budget_bound",
     "exact_small_budget",
     "check_family",
     "renewal_functions",

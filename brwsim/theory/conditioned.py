@@ -1,0 +1,151 @@
+"""A proven upper bound on E[X] that is sharp at small budgets: the Lagrangian bound
+conditioned on the first nodes of sampled trees.
+
+The unconditioned bound ``E[X] <= min_lam E[sum_v (p(v) - lam)^+] + lam P``
+(:func:`~brwsim.theory.predict.upper_bound`) fills the *mean* tree, far above E[X] at small
+budgets on heterogeneous families. Here lam is chosen after seeing the first ``expand``
+nodes of each sampled tree (the root, then best-first), and the rest of the tree enters
+through its conditional mean, ``p Phi(lam / p)`` per frontier node with
+``Phi(x) = E[sum_{w != root} (p(w) - x)^+]`` read from the renewal sums on the floor grid.
+Derivation and measured accuracy: ``docs/theory.md``, section 2c.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from brwsim.errors import UserError
+from brwsim.kernels.conditioned import conditioned_values
+from brwsim.kernels.dist import LEVEL_F, LEVEL_I
+from brwsim.keys import seed_key
+from brwsim.theory.predict import Prediction, _budgets
+from brwsim.theory.renewal import _renewal_density, renewal_grid, spine_steps
+
+__all__ = ["small_budget_bound", "DEFAULT_EXPAND", "DEFAULT_SAMPLES"]
+
+#: Nodes expanded per sampled tree (the root included), best-first.
+DEFAULT_EXPAND = 16
+#: Sampled trees.
+DEFAULT_SAMPLES = 1000
+#: lam is searched down to the unconditioned minimiser's e^{-t} at the largest budget times
+#: e^{-_MARGIN} (children below that are never drawn; a smaller lam is never needed there).
+_MARGIN = 2.0
+_STREAM = np.uint64(0xC0DD17E5B0D5EED5)   # roots independent of simulate()'s and the laws'
+
+
+def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
+                       samples: int = DEFAULT_SAMPLES, seed: int = 0) -> Prediction:
+    """A proven upper bound on E[X], sharp at small budgets (an i.i.d. family's conditioned
+    Lagrangian bound).
+
+    For every realisation, every tree T of P nodes and every lam >= 0,
+    ``sum_{v in T} p(v) <= sum_{v != root} (p(v) - lam)^+ + lam P``, and lam may depend on
+    what has been seen. Each of ``samples`` trees has its first ``expand`` nodes drawn (the
+    root, then best-first by path probability, with the family's own kernels); every other
+    child of those nodes is a frontier node f, whose subtree is a fresh copy of the family
+    scaled by p_f. So, with ``Phi(x) = E[sum_{w != root} (p(w) - x)^+]``,
+
+    ``E[X] <= E[ min_lam sum_{expanded v != root} (p(v) - lam)^+
+    + sum_f ((p_f - lam)^+ + p_f Phi(lam / p_f)) + lam P ]``.
+
+    ``Phi(e^{-t})`` is bounded above by ``U(t) - e^{-t} M(t)`` on the floor grid (as in
+    :func:`~brwsim.theory.predict.upper_bound`), so the expectation is a bound, estimated
+    by the mean over the sampled trees (with a control variate: the same sum at the
+    unconditioned minimiser, whose mean is at most the unconditioned bound). At P = 1 it is
+    E[max q] (exact in expectation), for P <= ``expand`` it is the mean of the optimal
+    tree's E[X | T_P], and for P > ``expand`` it lies between that and the unconditioned
+    bound. ``expand = 1`` is the bound conditioned on the root's distribution only.
+    Derivation and measured accuracy: ``docs/theory.md``, section 2c.
+
+    Parameters
+    ----------
+    family : Family
+        An i.i.d. family (``family.iid``).
+    budgets : array_like
+        Budgets P >= 1. The cost grows with P (the frontier holds about P nodes per tree):
+        meant for P up to a few hundred; beyond, the unconditioned bound is as sharp.
+    expand : int
+        Nodes expanded per tree, >= 1 (the root included).
+    samples : int
+        Sampled trees, >= 2.
+    seed : int
+        Seed of the sampled trees (independent of :func:`brwsim.simulate`'s roots at the
+        same seed).
+
+    Returns
+    -------
+    Prediction
+        The bound per budget and its standard error (the trees' sampling error, combined
+        with the spine law's where the law itself is sampled).
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        For a context-dependent family (its subtrees are not copies of one law), budgets
+        < 1 or NaN, ``expand < 1`` or ``samples < 2``.
+    """
+    if not getattr(family, "iid", False) or len(family.spec().cprog) > 1:
+        raise UserError(f"small_budget_bound: {family!r} is context-dependent: its subtrees "
+                        "are not copies of one law, so the conditioned bound does not apply")
+    if isinstance(expand, bool) or not isinstance(expand, (int, np.integer)) or expand < 1:
+        raise UserError(f"small_budget_bound: expand must be an integer >= 1, got {expand!r}")
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2:
+        raise UserError(f"small_budget_bound: samples must be an integer >= 2, got {samples!r}")
+    P = _budgets(budgets)
+    flat = np.sort(np.unique(P.ravel()))
+    steps = spine_steps(family)
+    s, u, counts = renewal_grid(steps, 8.0 * float(flat[-1]), None, "floor")
+    h = float(s[1] - s[0])
+    cum_u = np.cumsum(u)
+    # the unconditioned minimiser's cell: the control variate's tau (any tau is valid)
+    jstar = np.minimum(np.searchsorted(counts, flat, side="left"), s.size - 1)
+    tau_fix = np.maximum(s[jstar] - 0.5 * h, 0.0)
+    t_max = float(min(s[-1], tau_fix.max() + _MARGIN))
+    tau_fix = np.minimum(tau_fix, t_max)
+    spec = family.spec()
+    lf, li = np.empty((1, LEVEL_F)), np.empty((1, LEVEL_I), np.int64)
+    head = np.empty((1, max(spec.head_cap, 1)))
+    out_b, out_g = np.empty((samples, flat.size)), np.empty((samples, flat.size))
+    reps = steps.replicates()
+    w = np.zeros((flat.size, 4, s.size) if reps else (1, 4, 1))
+    conditioned_values(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, lf,
+                       li, head, seed_key(seed) ^ _STREAM, int(samples), int(expand), t_max,
+                       cum_u, counts, h, flat, tau_fix, out_b, out_g, w, bool(reps))
+    value, se = np.empty(flat.size), np.empty(flat.size)
+    coef = np.zeros(flat.size)
+    jf = (tau_fix / h).astype(np.int64)
+    ub_fix = cum_u[jf] + np.exp(-tau_fix) * (flat - counts[jf])
+    for b in range(flat.size):
+        xb, xg = out_b[:, b], out_g[:, b]
+        var_g = float(xg.var())
+        if var_g > 1e-30 * max(float(xg.mean()) ** 2, 1e-300):
+            coef[b] = max(float(np.mean((xb - xb.mean()) * (xg - xg.mean()))) / var_g, 0.0)
+        d = xb - coef[b] * xg
+        value[b] = float(d.mean()) + coef[b] * ub_fix[b]
+        se[b] = float(d.std(ddof=1)) / math.sqrt(samples)
+    if reps:
+        se = np.hypot(se, _law_se(reps, s.size, h, cum_u, counts, w, coef, jf, tau_fix, flat,
+                                  samples))
+    idx = np.searchsorted(flat, P)
+    return Prediction(value[idx], se[idx])
+
+
+def _law_se(reps, size, h, cum_u, counts, w, coef, jf, tau_fix, flat, samples):
+    """The sampled spine law's share of the standard error, by the delta method.
+
+    At fixed minimisers the estimate is linear in the renewal sums (cum_u, cum_m): the
+    kernel's weights ``w`` give its change for each batch's law, and the law's standard
+    error is the batches' spread over sqrt(batches).
+    """
+    dev = np.empty((len(reps), flat.size))
+    for r, rep in enumerate(reps):
+        du = _renewal_density(rep.cells(h, size, "floor"))
+        dcu = np.cumsum(du) - cum_u
+        dcm = np.cumsum(np.exp(np.arange(size) * h) * du) - counts
+        d_b = (w[:, 0] @ dcu - w[:, 1] @ dcm) / samples
+        d_g = (w[:, 2] @ dcu - w[:, 3] @ dcm) / samples
+        d_ub = dcu[jf] - np.exp(-tau_fix) * dcm[jf]
+        dev[r] = d_b - coef * (d_g - d_ub)
+    return dev.std(axis=0, ddof=1) / math.sqrt(len(reps))
