@@ -62,7 +62,7 @@ def _cmd_theory(args: argparse.Namespace) -> int:
                               "renewal prediction", "renewal asymptotic", "tau pred."]))
     print("proven bound: min over lam of the mean tree's Lagrangian (renewal functions); "
           "proven small-P bound: the same, lam chosen per sampled tree after its first "
-          f"{DEFAULT_EXPAND} nodes ({DEFAULT_SAMPLES} trees, ± its SE; sharp at small P){small_note}; "
+          f"{DEFAULT_EXPAND} nodes (up to {DEFAULT_SAMPLES} trees, ± its SE; sharp at small P){small_note}; "
           "renewal asymptotic: key renewal theorem, for large P only")
     if np.isnan(pred["prediction_asymptotic"]).all():
         print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")

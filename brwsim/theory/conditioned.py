@@ -21,22 +21,30 @@ from brwsim.kernels.conditioned import conditioned_values
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.keys import seed_key
 from brwsim.theory.predict import Prediction, _budgets
-from brwsim.theory.renewal import _renewal_density, renewal_grid, spine_steps
+from brwsim.theory.renewal import _renewal_density, lagrangian_min, renewal_grid, spine_steps
 
-__all__ = ["small_budget_bound", "DEFAULT_EXPAND", "DEFAULT_SAMPLES"]
+__all__ = ["small_budget_bound", "DEFAULT_EXPAND", "DEFAULT_SAMPLES", "WORK_BUDGET", "MIN_SAMPLES"]
 
 #: Nodes expanded per sampled tree (the root included), best-first.
 DEFAULT_EXPAND = 16
-#: Sampled trees.
+#: Sampled trees (at most; fewer where each costs much, see :data:`WORK_BUDGET`).
 DEFAULT_SAMPLES = 1000
+#: With ``samples=None`` the trees stop at about this many generated ranks in all (a
+#: pilot measures the cost per tree), but never below :data:`MIN_SAMPLES`.
+WORK_BUDGET = 1_500_000
+MIN_SAMPLES = 200
 #: lam is searched down to the unconditioned minimiser's e^{-t} at the largest budget times
 #: e^{-_MARGIN} (children below that are never drawn; a smaller lam is never needed there).
 _MARGIN = 2.0
 _STREAM = np.uint64(0xC0DD17E5B0D5EED5)   # roots independent of simulate()'s and the laws'
+#: The pilot's trees, and how far below their deepest minimiser children are still drawn.
+_PILOT = 64
+_PILOT_MARGIN = 0.5
+_PILOT_STREAM = np.uint64(0x9E3779B97F4A7C15)
 
 
 def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
-                       samples: int = DEFAULT_SAMPLES, seed: int = 0) -> Prediction:
+                       samples: int | None = None, seed: int = 0) -> Prediction:
     """A proven upper bound on E[X], sharp at small budgets (an i.i.d. family's conditioned
     Lagrangian bound).
 
@@ -68,8 +76,11 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
         meant for P up to a few hundred; beyond, the unconditioned bound is as sharp.
     expand : int
         Nodes expanded per tree, >= 1 (the root included).
-    samples : int
-        Sampled trees, >= 2.
+    samples : int, optional
+        Sampled trees, >= 2. Default: :data:`DEFAULT_SAMPLES` (1,000), fewer where a tree
+        costs more than :data:`WORK_BUDGET` / 1,000 generated ranks (large exactly drawn
+        vocabularies), never below :data:`MIN_SAMPLES` (200); a pilot of 64 other trees
+        measures the cost, so the choice is a function of the family and seed only.
     seed : int
         Seed of the sampled trees (independent of :func:`brwsim.simulate`'s roots at the
         same seed).
@@ -91,7 +102,8 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
                         "are not copies of one law, so the conditioned bound does not apply")
     if isinstance(expand, bool) or not isinstance(expand, (int, np.integer)) or expand < 1:
         raise UserError(f"small_budget_bound: expand must be an integer >= 1, got {expand!r}")
-    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2:
+    if samples is not None and (isinstance(samples, bool) or samples < 2
+                                or not isinstance(samples, (int, np.integer))):
         raise UserError(f"small_budget_bound: samples must be an integer >= 2, got {samples!r}")
     P = _budgets(budgets)
     flat = np.sort(np.unique(P.ravel()))
@@ -103,16 +115,29 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
     jstar = np.minimum(np.searchsorted(counts, flat, side="left"), s.size - 1)
     tau_fix = np.maximum(s[jstar] - 0.5 * h, 0.0)
     t_max = float(min(s[-1], tau_fix.max() + _MARGIN))
-    tau_fix = np.minimum(tau_fix, t_max)
     spec = family.spec()
     lf, li = np.empty((1, LEVEL_F)), np.empty((1, LEVEL_I), np.int64)
     head = np.empty((1, max(spec.head_cap, 1)))
-    out_b, out_g = np.empty((samples, flat.size)), np.empty((samples, flat.size))
     reps = steps.replicates()
-    w = np.zeros((flat.size, 4, s.size) if reps else (1, 4, 1))
-    conditioned_values(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, lf,
-                       li, head, seed_key(seed) ^ _STREAM, int(samples), int(expand), t_max,
-                       cum_u, counts, h, flat, tau_fix, out_b, out_g, w, bool(reps))
+    key = seed_key(seed) ^ _STREAM
+
+    def run(n, key, t_max, want_w):
+        tau = np.minimum(tau_fix, t_max)
+        out = np.empty((3, n, flat.size))
+        w = np.zeros((flat.size, 4, s.size) if want_w else (1, 4, 1))
+        work = np.zeros(1, np.int64)
+        conditioned_values(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
+                           lf, li, head, key, n, int(expand), t_max, cum_u, counts, h, flat,
+                           tau, out[0], out[1], out[2], w, want_w, work)
+        return out[0], out[1], out[2], w, tau, int(work[0]) / n
+
+    # a pilot on other roots sets how deep children are drawn: lam below every pilot
+    # tree's minimiser (less a margin) is never needed; any t_max keeps the bound valid
+    pilot = run(_PILOT, key ^ _PILOT_STREAM, t_max, False)
+    t_max = float(min(t_max, pilot[2][:, -1].max() + _PILOT_MARGIN))
+    if samples is None:    # the pilot drew deeper than the run will: an overestimate
+        samples = int(np.clip(WORK_BUDGET / max(pilot[5], 1.0), MIN_SAMPLES, DEFAULT_SAMPLES))
+    out_b, out_g, _, w, tau_fix, _ = run(int(samples), key, t_max, bool(reps))
     value, se = np.empty(flat.size), np.empty(flat.size)
     coef = np.zeros(flat.size)
     jf = (tau_fix / h).astype(np.int64)
@@ -128,6 +153,16 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
     if reps:
         se = np.hypot(se, _law_se(reps, s.size, h, cum_u, counts, w, coef, jf, tau_fix, flat,
                                   samples))
+    # each of these bounds E[X_P]: the unconditioned bound on the same grid, and the
+    # conditioned bound of any larger budget (E[X_P] is nondecreasing in P)
+    ub = lagrangian_min(s, u, counts, flat)[0]
+    lower = ub < value
+    value[lower] = ub[lower]
+    if not reps:
+        se[lower] = 0.0
+    for b in range(flat.size - 2, -1, -1):
+        if value[b + 1] < value[b]:
+            value[b], se[b] = value[b + 1], se[b + 1]
     idx = np.searchsorted(flat, P)
     return Prediction(value[idx], se[idx])
 
