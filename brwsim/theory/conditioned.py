@@ -146,7 +146,10 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
         xb, xg = out_b[:, b], out_g[:, b]
         var_g = float(xg.var())
         if var_g > 1e-30 * max(float(xg.mean()) ** 2, 1e-300):
-            coef[b] = max(float(np.mean((xb - xb.mean()) * (xg - xg.mean()))) / var_g, 0.0)
+            # clipped to [0, 1]: c > 1 would multiply the floor grid's slack
+            # ub(tau_0) - E[G_0] >= 0 (where G_0 hardly varies, the regression explodes)
+            coef[b] = min(max(float(np.mean((xb - xb.mean()) * (xg - xg.mean()))) / var_g,
+                              0.0), 1.0)
         d = xb - coef[b] * xg
         value[b] = float(d.mean()) + coef[b] * ub_fix[b]
         se[b] = float(d.std(ddof=1)) / math.sqrt(samples)

@@ -62,7 +62,7 @@ def test_tree_by_tree_optimal_when_the_top_p_is_expanded(text):
                        np.empty((1, max(spec.head_cap, 1))), seed_key(11), trees, 17,
                        float(s[-1]), np.cumsum(u), counts, h, budgets,
                        np.full(budgets.size, s[-1] / 2), out[0], out[1], out[2],
-                       np.zeros((1, 4, 1)), False)
+                       np.zeros((1, 4, 1)), False, np.zeros(1, np.int64))
     np.testing.assert_allclose(out[0].T, want, rtol=1e-6, atol=1e-12)
 
 
