@@ -19,12 +19,12 @@ import numpy as np
 
 from brwsim.engine import node_key
 from brwsim.errors import UserError
-from brwsim.families.base import Component, Family, Moments, check_int, check_positive
+from brwsim.families.base import Component, Family, check_int, check_positive
 from brwsim.families.ngram import load_corpus
+from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
 from brwsim.kernels.lstm import HDR, head_width, lstm_probs
 from brwsim.kernels.rng import REGIME, purpose_key, unit
-from brwsim.spinelaw import BatchedAtoms, SpineSteps
 
 __all__ = ["CharLSTM", "SHIPPED", "WINDOW", "META_TOKEN"]
 
@@ -34,8 +34,6 @@ SHIPPED = {"textgenrnn": ("textgenrnn_weights.hdf5", "textgenrnn_vocab.json")}
 WINDOW = 40
 #: textgenrnn's start-of-text meta token (a vocabulary entry of its own).
 META_TOKEN = "<s>"
-#: Drawn roots behind ``moments()`` and ``spine_steps()``.
-ROOT_SAMPLES = 1000
 _LAYERS = ("embedding", "rnn_1", "rnn_2", "attention", "output")
 
 
@@ -139,7 +137,7 @@ def _load(weights_path: str, vocab_path: str) -> tuple[np.ndarray, dict[str, int
     return block, vocab, nc, e, u
 
 
-class CharLSTM(Family):
+class CharLSTM(RootSampled, Family):
     """textgenrnn's pretrained character-level LSTM language model (a trained neural network).
 
     Parameters
@@ -206,6 +204,7 @@ class CharLSTM(Family):
     name = "charlstm"
     example = "charlstm(carry=3)"
     iid = False
+    _ROOT_SPAWN = 0x4C53544D
 
     def __init__(self, weights: Any = "textgenrnn", temperature: float = 1.0,
                  carry: int = 20, prompt: str | None = None, corpus: Any = "prose",
@@ -348,36 +347,3 @@ class CharLSTM(Family):
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         i = int(rng.integers(self._roots.size - WINDOW + 1))
         return np.sort(self.probs(self._roots[i:i + WINDOW], beta)[1:])[::-1]
-
-    def _root_rows(self, n: int, seed: int) -> np.ndarray:
-        """Whole sorted distributions of ``n`` uniformly drawn roots (cached)."""
-        key = (n, seed)
-        if getattr(self, "_rows_key", None) != key:
-            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x4C53544D,)))
-            self._rows = np.array([self.sample_full(rng) for _ in range(n)])
-            self._rows_key = key
-        return self._rows
-
-    def spine_law(self) -> BatchedAtoms:
-        """The spine-step law of the root marginal, from 1000 drawn roots (exact atoms of each),
-        in 10 batches of 100 so that predictions carry their standard error.
-
-        The generic sampler would draw many more distributions of 40 LSTM steps each.
-        """
-        rows = self._root_rows(ROOT_SAMPLES, 0)
-        batches = []
-        for part in np.array_split(rows, 10):
-            p = part[part > 0]
-            batches.append(SpineSteps(-np.log(p), p / part.shape[0], exact=False))
-        return BatchedAtoms(batches)
-
-    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
-        """Monte Carlo moments over ``n`` drawn roots (default 1000; 40 LSTM steps each)."""
-        rows = self._root_rows(ROOT_SAMPLES if n is None else int(n), seed)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lq = np.where(rows > 0, np.log(rows), 0.0)
-        h = -(rows * lq).sum(1)
-        m2 = (rows * lq * lq).sum(1)
-        se = lambda x: float(x.std(ddof=1) / np.sqrt(x.size))  # noqa: E731
-        return Moments(float(h.mean()), float(m2.mean()), se(h), se(m2), float((h * h).mean()),
-                       se(h * h), exact=False)

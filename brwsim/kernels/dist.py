@@ -40,7 +40,8 @@ function of (seed, path):
   class of its rank, read from the parent's head (``head[pd, V + rank]``) and the LSTM
   component advances the parent's state by it; a drawn root takes the window
   ``class_i .. class_{i+W-1}`` of a uniform i < n_roots; a preset root keeps the state
-  the caller wrote into its head row.
+  the caller wrote into its head row. The TRANSFORMER kind uses the same program (its
+  classes are the token stream of the prompts, W the root window's length).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
 TABLE = 1
@@ -65,6 +67,8 @@ PEAKED = 6
 ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
 NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c, 0] = beta
 LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, carry
+TRANSFORMER = 10  # GPT-2 / Llama checkpoint (brwsim.kernels.transformer): fpar[c] = beta, carry,
+                  # window; ipar[c, 2] = context slots (window + carry)
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -428,6 +432,12 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
         n_list = li[pd, 3] if pd >= 0 else 0
         li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
                              pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
+    elif kind == TRANSFORMER:
+        # as LSTM: ranks into head[d, :V], their tokens into head[d, V:], the cache after them
+        n_list = li[pd, 3] if pd >= 0 else 0
+        li[d, 3] = transformer_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], fpar[c, 2],
+                                    ipar[c, 2], cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                    min_logq, head, li[d, CTX_I])
 
 
 @kernel
@@ -470,6 +480,6 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
         if li[d, 3] == 0 and lf[d, 0] >= out:
             li[d, 3] = 1
             out = lf[d, 0]
-    elif (kind == NGRAM or kind == LSTM) and r < li[d, 3]:
+    elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:
         out = head[d, r]
     return out
