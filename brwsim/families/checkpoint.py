@@ -40,6 +40,7 @@ class Checkpoint(NamedTuple):
     max_positions: int
     n_params: int
     config: dict
+    sliding_window: int
 
 
 def _packed32(a: np.ndarray) -> np.ndarray:
@@ -165,16 +166,21 @@ def _llama(cfg: dict, t: _Tensors, where: str, model_type: str):
     ff = _key(cfg, "intermediate_size", where)
     npos = _key(cfg, "max_position_embeddings", where)
     eps = _key(cfg, "rms_norm_eps", where, 1e-6, float)
-    theta = _key(cfg, "rope_theta", where, 10000.0, float)
+    rope = cfg.get("rope_parameters") or {}         # transformers >= 5 nests RoPE settings
+    if not isinstance(rope, dict):
+        raise UserError(f"{where}: rope_parameters {rope!r} is not an object")
+    theta = _key(rope if "rope_theta" in rope else cfg, "rope_theta", where, 10000.0, float)
     hd = _key(cfg, "head_dim", where, d // nh if d % nh == 0 else None)
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise UserError(f"{where}: hidden_act {act!r} is not supported (silu)")
-    scaling = cfg.get("rope_scaling")
-    if scaling not in (None, {}) and not (isinstance(scaling, dict)
-                                          and scaling.get("rope_type", scaling.get("type"))
-                                          == "default"):
-        raise UserError(f"{where}: rope_scaling {scaling!r} is not supported (plain RoPE only)")
+    for name in ("rope_scaling", "rope_parameters"):
+        scaling = cfg.get(name)
+        if scaling not in (None, {}) and not (isinstance(scaling, dict) and scaling.get(
+                "rope_type", scaling.get("type", "default")) == "default"):
+            raise UserError(f"{where}: {name} {scaling!r} is not supported (plain RoPE only)")
+    if cfg.get("use_sliding_window"):
+        raise UserError(f"{where}: use_sliding_window = true is not supported")
     if nh % nkv:
         raise UserError(f"{where}: num_attention_heads {nh} is not a multiple of "
                         f"num_key_value_heads {nkv}")
@@ -275,5 +281,8 @@ def load_checkpoint(folder: str) -> Checkpoint:
         n_params += int(glob["head"].size)
     if model_type == "gpt2":
         n_params += int(glob["wpe"].size)
+    window = cfg.get("sliding_window") if model_type == "mistral" else None
+    if window is not None:
+        window = _key(cfg, "sliding_window", where)
     return Checkpoint(_pack(dims, glob, layers), model_type, dims["v"], dims["npos"], n_params,
-                      cfg)
+                      cfg, window or 0)

@@ -112,6 +112,9 @@ class Transformer(RootSampled, Family):
         if self._slots > ck.max_positions:
             raise UserError(f"window + carry = {self._slots} exceeds the model's "
                             f"{ck.max_positions} positions")
+        if ck.sliding_window and self._slots > ck.sliding_window:
+            raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
+                            f"window of {ck.sliding_window} tokens (not supported)")
         tok = os.path.join(self.path, "tokenizer.json")
         self._tokenizer = tok if os.path.isfile(tok) else None
         if self._tokenizer is None and not 256 <= self.vocab_size <= 256 + BYTE_SPECIALS:
