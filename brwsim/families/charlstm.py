@@ -20,6 +20,7 @@ import numpy as np
 from brwsim.engine import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
+from brwsim.families.checkpoint import packed32
 from brwsim.families.ngram import load_corpus
 from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
@@ -72,14 +73,6 @@ def _convert_lstm(kernel: np.ndarray, rec: np.ndarray, bias: np.ndarray, what: s
     return kernel, rec, bias
 
 
-def _packed32(a: np.ndarray) -> np.ndarray:
-    """float32 values packed two per float64 slot (zero padded to an even count)."""
-    flat = np.ascontiguousarray(a, dtype=np.float32).ravel()
-    if flat.size % 2:
-        flat = np.append(flat, np.float32(0))
-    return flat.view(np.float64)
-
-
 @functools.lru_cache(maxsize=4)
 def _load(weights_path: str, vocab_path: str) -> tuple[np.ndarray, dict[str, int], int, int, int]:
     """(weights block, vocabulary, classes, embedding size, units) of one model file."""
@@ -122,8 +115,8 @@ def _load(weights_path: str, vocab_path: str) -> tuple[np.ndarray, dict[str, int
         raise UserError(f"{what} does not fit its vocabulary ({len(vocab)} characters) or "
                         "textgenrnn's architecture (embedding, 2 LSTM layers, attention, output)")
     (k1, r1, b1), (k2, r2, b2) = lstm
-    parts = [emb @ k1 + b1, emb @ wa[:e], emb @ wo[:e], _packed32(r1), _packed32(k2),
-             _packed32(r2), b2, wa[e:e + u], wa[e + u:], _packed32(wo[e:]), bo]
+    parts = [emb @ k1 + b1, emb @ wa[:e], emb @ wo[:e], packed32(r1), packed32(k2),
+             packed32(r2), b2, wa[e:e + u], wa[e + u:], packed32(wo[e:]), bo]
     header = np.zeros(HDR)
     header[:3] = nc, e, u
     off = HDR

@@ -24,7 +24,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
 
-__all__ = ["Checkpoint", "load_checkpoint", "ARCHITECTURES"]
+__all__ = ["Checkpoint", "load_checkpoint", "ARCHITECTURES", "packed32"]
 
 #: model_type -> architecture code of the kernel.
 ARCHITECTURES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": LLAMA, "mistral": LLAMA}
@@ -43,7 +43,7 @@ class Checkpoint(NamedTuple):
     sliding_window: int
 
 
-def _packed32(a: np.ndarray) -> np.ndarray:
+def packed32(a: np.ndarray) -> np.ndarray:
     """float32 values packed two per float64 slot (zero padded to an even count)."""
     flat = np.ascontiguousarray(a, dtype=np.float32).ravel()
     if flat.size % 2:
@@ -239,7 +239,7 @@ def _pack(dims: dict, glob: dict, layers: list) -> np.ndarray:
 
     def put(at: int, a: np.ndarray, matrix: bool) -> None:
         nonlocal off
-        p = _packed32(a) if matrix else np.asarray(a, np.float64).ravel()
+        p = packed32(a) if matrix else np.asarray(a, np.float64).ravel()
         header[at] = off
         parts.append(p)
         off += p.size

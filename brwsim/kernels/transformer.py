@@ -62,7 +62,7 @@ import math
 import numpy as np
 
 from brwsim.kernels import dense_kernel, kernel, njit_cached
-from brwsim.kernels.lstm import _dot, _exp, _mm, _tanh
+from brwsim.kernels.lstm import _dot, _exp, _mm, _tanh, sort_listed
 
 HDR = 24            # block header entries before the per-layer table
 PER_LAYER = 12      # per-layer offsets
@@ -414,26 +414,6 @@ def _take(data, o, slots, pr, k, cr):
     for j in range(v):
         cr[lg + j] = pr[ba + k * bw + 2 * nl * kvd + j]
     cr[mm] = n + 1
-
-
-@kernel
-def sort_listed(hr, v, n):
-    """Sort ``hr[:n]`` descending with their tokens ``hr[v:v + n]``, ties by ascending token."""
-    gap = 1
-    while gap * 3 + 1 < n:
-        gap = gap * 3 + 1
-    while gap >= 1:
-        for i in range(gap, n):
-            lq = hr[i]
-            c = hr[v + i]
-            k = i
-            while k >= gap and (hr[k - gap] < lq or (hr[k - gap] == lq and hr[v + k - gap] > c)):
-                hr[k] = hr[k - gap]
-                hr[v + k] = hr[v + k - gap]
-                k -= gap
-            hr[k] = lq
-            hr[v + k] = c
-        gap //= 3
 
 
 @kernel
