@@ -40,7 +40,8 @@ function of (seed, path):
   class of its rank, read from the parent's head (``head[pd, V + rank]``) and the LSTM
   component advances the parent's state by it; a drawn root takes the window
   ``class_i .. class_{i+W-1}`` of a uniform i < n_roots; a preset root keeps the state
-  the caller wrote into its head row.
+  the caller wrote into its head row. The TRANSFORMER kind uses the same program (its
+  classes are the token stream of the prompts, W the root window's length).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
 TABLE = 1
@@ -68,6 +70,8 @@ PEAKED = 6
 ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
 NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c, 0] = beta
 LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, carry
+TRANSFORMER = 10  # GPT-2 / Llama checkpoint (brwsim.kernels.transformer): fpar[c] = beta, carry,
+                  # window; ipar[c, 2] = context slots (window + carry)
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -514,23 +518,23 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
             lf[d, 1] = data[i + 1]
             li[d, 3] = ipar[c, 2]
             li[d, 0] = ZIPF
-    elif kind == NGRAM or kind == LSTM:
+    elif kind == NGRAM or kind == LSTM or kind == TRANSFORMER:
         _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank)
 
 
 def kinds_dtype(kinds) -> type:
     """The dtype of a family's ``kinds`` array: :data:`CONTEXTUAL_KINDS` when a component is
-    an NGRAM or LSTM, else :data:`PLAIN_KINDS`.
+    an NGRAM, LSTM or TRANSFORMER, else :data:`PLAIN_KINDS`.
 
     The dtype selects, at compile time, whether :func:`dist_init` contains the n-gram and
     LSTM code (:func:`_contextual_init`): the LSTM's kernels are the larger part of a cold
     compilation, and a family without them never needs them compiled.
     """
-    return CONTEXTUAL_KINDS if any(int(k) in (NGRAM, LSTM) for k in kinds) else PLAIN_KINDS
+    return CONTEXTUAL_KINDS if any(int(k) in (NGRAM, LSTM, TRANSFORMER) for k in kinds) else PLAIN_KINDS
 
 
 def _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
-    """Set up an NGRAM or LSTM level (a plain-kinds family has none: never called)."""
+    """Set up an NGRAM, LSTM or TRANSFORMER level (a plain-kinds family has none: never called)."""
     raise NotImplementedError("only called from numba kernels")
 
 
@@ -545,11 +549,17 @@ def _contextual_init_impl(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, 
         if kind == NGRAM:
             # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
             li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
-        else:
+        elif kind == LSTM:
             # ranks into head[d, :V], their classes into head[d, V:], the state after them
             n_list = li[pd, 3] if pd >= 0 else 0
             li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
                                  pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
+        else:
+            # as LSTM: ranks into head[d, :V], their tokens into head[d, V:], the cache after them
+            n_list = li[pd, 3] if pd >= 0 else 0
+            li[d, 3] = transformer_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], fpar[c, 2],
+                                        ipar[c, 2], cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                        min_logq, head, li[d, CTX_I])
     return contextual
 
 
@@ -573,6 +583,6 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
             out = head[d, r]
         elif r < n:
             out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
-    elif (kind == NGRAM or kind == LSTM) and r < li[d, 3]:
+    elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:
         out = head[d, r]
     return out

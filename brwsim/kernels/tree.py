@@ -52,6 +52,7 @@ _ABORT = -1
 _TOO_DEEP = -2
 MAX_NODES = 1 << 28               # hard limit on one pass (about 5 GB of buffers)
 NO_DEPTH_CAP = 1 << 30            # max_depth of the unconstrained optimal tree
+LEVEL_CELLS = 1 << 24             # head entries of a pass's first levels (128 MiB)
 T_LIMIT = 800.0                   # -log p beyond this is 0 in float64: every node is found
 HUGE_TIE = -1                     # grow_tree: more than MAX_NODES nodes tie at one position
 TOO_FEW = -2                      # grow_tree: fewer than P nodes of positive probability
@@ -346,11 +347,19 @@ def _aim(n, p_max, t):
     return t
 
 
+@kernel
+def first_levels(head_cap):
+    """Levels a pass starts with: 256, fewer (at least 8) when a level's head row is so wide
+    (a transformer's KV cache) that 256 of them would exceed LEVEL_CELLS entries."""
+    return max(8, min(256, LEVEL_CELLS // max(head_cap, 1)))
+
+
 @njit_cached
 def new_workspace(p_max, head_cap):
-    """Buffers of one worker: node arrays (6 P_max + 64) and 256 levels (both grow on demand)."""
+    """Buffers of one worker: node arrays (6 P_max + 64) and :func:`first_levels` levels
+    (both grow on demand)."""
     cap = 6 * p_max + 64
-    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(256, head_cap)
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
     return pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head
 
