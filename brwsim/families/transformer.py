@@ -11,6 +11,7 @@ given prompt), then the tokens of the path's ranks.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import os
 from typing import Any
 
@@ -26,7 +27,21 @@ from brwsim.kernels import dist as K
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.kernels.transformer import head_width, transformer_logits
 
-__all__ = ["Transformer", "BYTE_SPECIALS"]
+__all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "shipped_checkpoint"]
+
+#: The byte-level GPT-2 pair trained here and shipped as package data
+#: (``brwsim/data/transformers``, trained by ``experiments/train_transformers.py``).
+SHIPPED = ("target", "draft")
+
+
+def shipped_checkpoint(path: str) -> str:
+    """The folder of ``path``: a shipped checkpoint's name (``"target"``, ``"draft"``) when
+    no folder of that name exists here, else ``path`` itself."""
+    if path in SHIPPED and not os.path.isdir(path):
+        res = importlib.resources.files("brwsim").joinpath("data", "transformers", path)
+        with importlib.resources.as_file(res) as folder:
+            return os.fspath(folder)
+    return path
 
 #: A checkpoint without ``tokenizer.json`` is byte-level if its vocabulary is 256 bytes
 #: plus at most this many special tokens (ids 0..255 are the bytes).
@@ -52,7 +67,9 @@ class Transformer(RootSampled, Family):
         A Hugging Face checkpoint folder: ``config.json`` (``model_type`` ``gpt2``,
         ``llama``, ``qwen2`` or ``mistral``) and ``model.safetensors``; ``tokenizer.json``
         unless the vocabulary is 256 bytes plus at most 16 special tokens (then the text's
-        UTF-8 bytes are the tokens).
+        UTF-8 bytes are the tokens). ``"target"`` and ``"draft"`` name the byte-level GPT-2
+        pair shipped with brwsim (:data:`SHIPPED`; ``brwsim/data/transformers``, whose README
+        states how it was trained and its held-out bits per byte).
     prompts : str or path-like, default ``"prose"``
         Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
         drawn position of this text, tokenised as one stream (a shipped corpus name,
@@ -103,7 +120,7 @@ class Transformer(RootSampled, Family):
         if not isinstance(path, (str, os.PathLike)):
             raise UserError(f"path must be a checkpoint folder, got {path!r}")
         self.path = os.fspath(path)
-        ck = load_checkpoint(os.path.abspath(self.path))
+        ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
         self._block = ck.block
         self.vocab_size = ck.vocab_size
         self.model_type = ck.model_type
@@ -115,7 +132,7 @@ class Transformer(RootSampled, Family):
         if ck.sliding_window and self._slots > ck.sliding_window:
             raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
                             f"window of {ck.sliding_window} tokens (not supported)")
-        tok = os.path.join(self.path, "tokenizer.json")
+        tok = os.path.join(shipped_checkpoint(self.path), "tokenizer.json")
         self._tokenizer = tok if os.path.isfile(tok) else None
         if self._tokenizer is None and not 256 <= self.vocab_size <= 256 + BYTE_SPECIALS:
             raise UserError(f"checkpoint {self.path!r} has no tokenizer.json and its "
