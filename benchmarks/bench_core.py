@@ -1,19 +1,29 @@
-"""Tree nodes per second: brwsim's kernels against a plain heapq + numpy baseline.
+"""Tree nodes per second of the kernels: against two bare floors and the previous revision.
 
-Both run in this process, on the same machine state; the ratio is what to compare
-across machines. The baseline (:func:`brwsim.reference.best_first` with
-:func:`brwsim.reference.sampling_provider`) pops nodes from ``heapq`` and draws each
-popped node's whole distribution with numpy. Its cost per node does not fall with P, so
-for large P it is timed on a smaller tree (``baseline P`` column) to keep the run short.
+Every figure is measured in this one process, on the same machine state, and is the best
+of three timings; the ratios are what to compare across machines.
+
+* *after*: this worktree's kernels (:func:`brwsim.engine.run_iterations`), P nodes per tree.
+* *before*: the same call into the kernels of a reference revision (``--before``, default
+  ``main``), imported beside the current code (``benchmarks/before.py``: ``git archive``
+  of that revision's ``brwsim/``, its own ``sys.modules`` entries and numba cache).
+* *heap floor* and *threshold floor* (``benchmarks/floors.py``): a binary-heap best-first
+  search and a depth-first threshold pass over a fixed Zipf(1.5, 128000) tree, with no
+  distribution draws, hashing, path sampling or selection, at the same P.
+
+``--python`` adds the plain heapq + numpy baseline (:func:`brwsim.reference.best_first`
+with :func:`brwsim.reference.sampling_provider`, drawing every popped node's whole
+distribution); its cost per node does not fall with P, so large trees are timed at the
+``python P`` shown.
 
 Usage::
 
-    python benchmarks/bench_core.py            # full table (about 2 minutes)
-    python benchmarks/bench_core.py --quick    # fewer repetitions
+    python benchmarks/bench_core.py            # full table (a few minutes)
+    python benchmarks/bench_core.py --quick    # shorter timings
     python benchmarks/bench_core.py --forest   # only the batch (forest) rows
 
 The forest rows time one shared budget P over a batch of B roots
-(:func:`brwsim.simulate.run_forest`) next to B = 1 on the same family and P, in this
+(:func:`brwsim.engine.run_forest`) next to B = 1 on the same family and P, in this
 process: nodes/s counts P nodes per forest; "+ split" also scores the equal split on the
 same roots.
 """
@@ -25,35 +35,52 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from brwsim import Dirichlet, Zipf
-from brwsim.reference import best_first, sampling_provider
-from brwsim.simulate import run_forest, run_iterations, seed_key, validate_budgets
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CASES = [  # family, P, baseline P cap
-    (Dirichlet(0.05, 200), 64, 64),
-    (Dirichlet(0.05, 200), 1024, 1024),
-    (Dirichlet(0.05, 200), 65536, 4096),
-    (Dirichlet(0.05, 32000), 256, 256),
-    (Zipf(1.5, 128000, spread=0.4), 64, 64),
-    (Zipf(1.5, 128000, spread=0.4), 1024, 256),
-    (Zipf(1.5, 128000, spread=0.4), 65536, 256),
+import floors  # noqa: E402
+from before import Reference  # noqa: E402
+
+from brwsim import Dirichlet, Zipf, parse_family  # noqa: E402
+from brwsim.families import DEFAULT_FAMILY  # noqa: E402
+from brwsim.reference import best_first, sampling_provider  # noqa: E402
+from brwsim.simulate import run_forest, run_iterations, seed_key, validate_budgets  # noqa: E402
+
+CASES = [  # family, P, python baseline P cap
+    ("dirichlet(alpha=0.05, vocab=200)", 64, 64),
+    ("dirichlet(alpha=0.05, vocab=200)", 1024, 1024),
+    ("dirichlet(alpha=0.05, vocab=200)", 65536, 4096),
+    ("dirichlet(alpha=0.05, vocab=32000)", 256, 256),
+    ("zipf(s=1.5, vocab=128000, spread=0.4)", 64, 64),
+    ("zipf(s=1.5, vocab=128000, spread=0.4)", 1024, 256),
+    ("zipf(s=1.5, vocab=128000, spread=0.4)", 65536, 256),
+    (DEFAULT_FAMILY, 4096, 256),
 ]
 
 
-def brwsim_rate(fam, p: int, seconds: float) -> float:
-    """Tree nodes (P per tree) per second of the numba kernels, after a warm-up."""
-    spec, budgets, key = fam.spec(), validate_budgets([p]), seed_key(0)
-    run_iterations(spec, budgets, key, 0, 1)
-    trees, t0, first = 0, time.perf_counter(), 1
+def kernel_rate(engine, fam, p: int, seconds: float, repeats: int = 3) -> float:
+    """Tree nodes (P per tree) per second of ``engine.run_iterations``: best of ``repeats``."""
+    spec, budgets, key = fam.spec(), engine.validate_budgets([p]), engine.seed_key(0)
+    t = engine.run_iterations(spec, budgets, key, 0, 1)[-1]
     count = max(1, int(2e5 // p))
-    while time.perf_counter() - t0 < seconds:
-        run_iterations(spec, budgets, key, first, count)
-        first += count
-        trees += count
-    return trees * p / (time.perf_counter() - t0)
+    best, first = 0.0, 1
+    for _ in range(repeats):
+        trees, t0 = 0, time.perf_counter()
+        while trees == 0 or time.perf_counter() - t0 < seconds:
+            t = engine.run_iterations(spec, budgets, key, first, count, t)[-1]
+            first += count
+            trees += count
+        best = max(best, trees * p / (time.perf_counter() - t0))
+    return best
+
+
+def brwsim_rate(fam, p: int, seconds: float) -> float:
+    """Tree nodes per second of this worktree's kernels (best of 3)."""
+    from brwsim import engine
+    return kernel_rate(engine, fam, p, seconds)
 
 
 FOREST_CASES = [  # family, P, batch sizes
@@ -112,7 +139,8 @@ def million_node_tree() -> str:
         "base = hwm()\n"
         "t = time.perf_counter(); run_iterations(spec, b, k, 0, 3); dt = (time.perf_counter() - t) / 3\n"
         "print(f'{dt:.3f} s per tree; peak RSS {hwm() / 1024:.0f} MB, of which '\n"
-        "      f'{(hwm() - base) / 1024:.0f} MB for the tree (python + numba + scipy: {base / 1024:.0f} MB)')\n"
+        "      f'{(hwm() - base) / 1024:.0f} MB for the tree (python + numba + scipy: {base / 1024:.0f} MB; '\n"
+        "      f'bound 2 x 2**20 nodes x 32 B = 64 MB)')\n"
     )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -122,18 +150,34 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter timings")
     ap.add_argument("--forest", action="store_true", help="only the batch (forest) rows")
+    ap.add_argument("--before", default="main", help="reference revision (default: main)")
+    ap.add_argument("--python", action="store_true", help="add the heapq + numpy baseline")
     args = ap.parse_args()
-    sec = 1.0 if args.quick else 4.0
+    sec = 0.5 if args.quick else 2.0
     if args.forest:
         forest_table(sec)
         return
-    print(f"{'family':40s} {'P':>7s} {'brwsim nodes/s':>15s} {'baseline P':>10s} "
-          f"{'baseline nodes/s':>16s} {'speed-up':>9s}")
-    for fam, p, p_base in CASES:
-        fast = brwsim_rate(fam, p, sec)
-        slow = baseline_rate(fam, p_base, sec)
-        print(f"{fam!r:40s} {p:7d} {fast:15.4g} {p_base:10d} {slow:16.4g} {fast / slow:8.1f}x",
-              flush=True)
+    from brwsim import engine
+    ref = Reference(args.before)
+    print(f"before = {args.before} ({ref.root.name[:10]}); best of 3, "
+          f"{sec:g} s each; ratios in this process")
+    print(f"{'family':40.40s} {'P':>6s} {'after/s':>9s} {'before/s':>9s} {'a/b':>6s} "
+          f"{'heap/s':>9s} {'a/heap':>7s} {'b/heap':>7s} {'thr/s':>9s} {'a/thr':>6s}"
+          + (f" {'python P':>8s} {'python/s':>9s}" if args.python else ""))
+    floor_cache: dict[int, tuple[float, float]] = {}
+    for text, p, p_py in CASES:
+        if p not in floor_cache:
+            floor_cache[p] = (floors.heap_rate(p, sec), floors.threshold_rate(p, sec))
+        heap, thr = floor_cache[p]
+        after = kernel_rate(engine, parse_family(text), p, sec)
+        with ref.active():
+            before = kernel_rate(ref.engine, ref.brwsim.parse_family(text), p, sec)
+        line = (f"{text:40.40s} {p:6d} {after:9.3g} {before:9.3g} {after / before:5.2f}x "
+                f"{heap:9.3g} {after / heap:6.2f}x {before / heap:6.2f}x {thr:9.3g} "
+                f"{after / thr:5.3f}")
+        if args.python:
+            line += f" {p_py:8d} {baseline_rate(parse_family(text), p_py, sec):9.3g}"
+        print(line, flush=True)
     forest_table(sec)
     print(f"P = 1,048,576 on zipf(s=1.5, vocab=128000, spread=0.4): {million_node_tree()}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

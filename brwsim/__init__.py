@@ -5,6 +5,7 @@ from brwsim.bankstats import bank_stats
 from brwsim.errors import UserError
 from brwsim.families import (
     CharLSTM,
+    Transformer,
     CorrelatedEntropy,
     DepthDrift,
     Dirichlet,
@@ -42,6 +43,6 @@ from brwsim.version import __version__
 __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "parse_family", "Family",
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
-           "CorrelatedEntropy", "NGram", "CharLSTM", "bank", "policies", "Optimal", "Chain", "KAry", "Expansion",
+           "CorrelatedEntropy", "NGram", "CharLSTM", "Transformer", "bank", "policies", "Optimal", "Chain", "KAry", "Expansion",
            "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep",
            "bank_stats", "cost", "plan"]

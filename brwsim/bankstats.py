@@ -11,7 +11,9 @@ Two kinds of numbers describe a bank (natural logarithms throughout):
   positions. The full-distribution ``mu`` and ``mu2`` lie between the means.
 
 The predicted E[X] per budget is the numerical renewal prediction
-(:func:`brwsim.simulate.predictions`) of ``Empirical(bank)``, beside the key-renewal
+(:func:`brwsim.simulate.predictions`) of ``Empirical(bank)``, beside its proven upper bound
+(proven for the i.i.d. model a bank defines: every node draws a stored row), E[max q] (the
+exact E[X] at P = 1 of that model), the key-renewal
 asymptotic and the paper's bound ``(mu + mu2) log P / mu^2`` (O(1) term dropped) at the
 Empirical moments; tau = X + 1 is the tokens per call.
 
@@ -66,6 +68,13 @@ class BankStats:
     budgets, prediction, asymptotic, paper_bound : numpy.ndarray
         Budgets (int64) and, per budget, the numerical renewal prediction of E[X], its
         asymptotic (NaN where it does not apply) and the paper's bound.
+    upper_bound : numpy.ndarray
+        Per budget, the proven upper bound on E[X] (:func:`brwsim.theory.upper_bound`) of
+        ``Empirical(bank)``: a bank's family draws every node's distribution i.i.d. from
+        the stored rows, so the bound is proven for that i.i.d. model (not for the model
+        that wrote the bank, whose contexts are correlated). NaN where it does not exist.
+    top1_mean : float
+        E[max q] over the rows: the exact E[X] at P = 1 of ``Empirical(bank)``.
     """
 
     positions: int
@@ -84,6 +93,8 @@ class BankStats:
     prediction: np.ndarray
     asymptotic: np.ndarray
     paper_bound: np.ndarray
+    upper_bound: np.ndarray
+    top1_mean: float
 
 
 def bank_stats(bank: str | os.PathLike[str] | xr.Dataset, budgets: Any = None,
@@ -124,7 +135,9 @@ def bank_stats(bank: str | os.PathLike[str] | xr.Dataset, budgets: Any = None,
         mu=mom.mu, mu2=mom.mu2, h2=mom.h2,
         entropy_lower=h_lo, entropy_upper=h_hi, mu2_lower=m_lo, mu2_upper=m_hi,
         budgets=b, prediction=pred, asymptotic=asy,
-        paper_bound=np.asarray(paper_bound(mom.mu, mom.mu2, b), dtype=np.float64))
+        paper_bound=np.asarray(paper_bound(mom.mu, mom.mu2, b), dtype=np.float64),
+        upper_bound=np.asarray(theory["upper_bound"], dtype=np.float64),
+        top1_mean=float(family.top1_mean()))
 
 
 def histogram_bins(stats: BankStats, bins: int) -> np.ndarray:

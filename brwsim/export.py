@@ -6,22 +6,38 @@ golden curves this way). This module turns brwsim's prediction for a family and 
 policy into those settings, so a server can be benchmarked at brwsim's speed-of-light:
 
 ``vllm``
-    ``--speculative-config`` keys (``vllm-project/vllm``, ``vllm/config/speculative.py``,
-    commit 002e77c): ``rejection_sample_method="synthetic"`` with
-    ``synthetic_acceptance_rates``, the per-position *unconditional* rates (entry i is the
-    probability that the first i + 1 draft tokens are all accepted; length
-    ``num_speculative_tokens``, non-increasing), or the mean ``synthetic_acceptance_length``
-    in [1, K + 1], which vLLM resolves to the minimum-variance schedule.
+    a complete ``--speculative-config`` JSON (``vllm-project/vllm``, ``vllm/config/speculative.py``;
+    checked against commit 002e77c and the 0.28.0 release): ``rejection_sample_method="synthetic"``
+    with ``synthetic_acceptance_rates``, the per-position *unconditional* rates (entry i is
+    the probability that the first i + 1 draft tokens are all accepted; length
+    ``num_speculative_tokens``, non-increasing), and a drafter (``method`` and its keys;
+    by default the weight-free ``ngram`` proposer). The synthetic sampler lives in vLLM's
+    shared rejection sampler, so it composes with every proposer; it can only accept
+    tokens that were drafted, so a proposer that drafts fewer than K tokens (ngram without
+    a prompt match) accepts fewer: pass your model's drafter (``{"method": "eagle3",
+    "model": ...}``) for the exact schedule.
 ``sglang``
     environment variables (``sgl-project/sglang``, ``python/sglang/srt/environ.py``, commit
-    21ff4b0): ``SGLANG_SIMULATE_ACC_LEN`` (the mean acceptance length, bonus token included)
-    and ``SGLANG_SIMULATE_ACC_METHOD`` (``match-expected``, the current default).
+    21ff4b0, and the EAGLE verify path that reads them): ``SGLANG_SIMULATE_ACC_LEN`` (the
+    mean acceptance length, bonus token included), ``SGLANG_SIMULATE_ACC_METHOD``
+    (``match-expected``) and ``SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token`` (the
+    drafted tokens are kept; the default ``fixed`` emits a fixed token id, which breaks
+    per-request latency and output checks); ``real-draft-token`` requires
+    ``--speculative-eagle-topk 1``. The simulated accept index has ``num_steps + 1``
+    slots, so a length above ``--speculative-num-steps + 1`` is silently clamped: the
+    server arguments needed (``--speculative-num-steps K``, ``--speculative-eagle-topk 1``,
+    ``--speculative-num-draft-tokens K + 1``) are written alongside.
 ``tensorrt_llm``
     ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (``NVIDIA/TensorRT-LLM``,
-    ``tensorrt_llm/_torch/speculative/interface.py``, commit 00b6d5a): accepted *draft*
-    tokens, the bonus token excluded, so acceptance length - 1; fractional on the one-model
-    path (integer part always accepted, the fraction is the probability of one more), read
-    as an integer on the two-model path.
+    ``tensorrt_llm/_torch/speculative/interface.py``): accepted *draft* tokens, the bonus
+    token excluded, so acceptance length - 1. Written as an **integer**, the nearest one
+    (halves round up): ``get_force_num_accepted_tokens`` parses it with ``int()`` on the
+    two-model path and in releases before fractional forcing (a value such as ``"2.25"``
+    then fails, with only a warning, and forcing is off), and the environment registry
+    declares it ``int``. The fractional value (AL - 1, which the one-model path of
+    releases with ``get_force_num_accepted_tokens_float``, e.g. commit 00b6d5a, takes as
+    "integer part always, fraction the probability of one more") is written next to it
+    as ``fractional_value``, with the acceptance length the integer implies.
 
 Only vLLM's rates carry the whole distribution of the accepted count; the other two take
 its mean. A tree policy's schedule is the distribution of its accepted path length; an
@@ -42,7 +58,8 @@ from brwsim.policies import Chain, Policy, parse_policy
 from brwsim.simulate import simulate
 from brwsim.validate import check_range, echo
 
-__all__ = ["Schedule", "ENGINES", "predicted_schedule", "schedule_from_rates", "engine_settings"]
+__all__ = ["Schedule", "ENGINES", "CHECKED_AGAINST", "VLLM_DEFAULT_DRAFTER", "predicted_schedule",
+           "schedule_from_rates", "engine_settings"]
 
 #: Engines :func:`engine_settings` writes for.
 ENGINES = ("vllm", "sglang", "tensorrt_llm")
@@ -145,7 +162,27 @@ def predicted_schedule(family, policy="chain()", budget: int = 4, iterations: in
     return Schedule(rates, 1.0 + float(xk.mean()), float(xk.std(ddof=1) / math.sqrt(xk.size)))
 
 
-def engine_settings(schedule: Schedule, engines=ENGINES, digits: int = 4) -> dict[str, Any]:
+#: The engine versions each setting of :func:`engine_settings` was checked against.
+CHECKED_AGAINST = {
+    "vllm": "vllm-project/vllm vllm/config/speculative.py @ 002e77c; vLLM 0.28.0 "
+            "(rejection_sample_method='synthetic', synthetic_acceptance_rates)",
+    "sglang": "sgl-project/sglang python/sglang/srt/environ.py @ 21ff4b0 and its EAGLE verify "
+              "path (SGLANG_SIMULATE_ACC_TOKEN_MODE in {'fixed', 'real-draft-token'})",
+    "tensorrt_llm": "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/interface.py: int() in "
+                    "get_force_num_accepted_tokens (two-model path, older releases); "
+                    "get_force_num_accepted_tokens_float on the one-model path @ 00b6d5a",
+}
+
+#: The default vLLM drafter of :func:`engine_settings`: needs no weights.
+VLLM_DEFAULT_DRAFTER = {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 8}
+
+
+def _round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def engine_settings(schedule: Schedule, engines=ENGINES, digits: int = 4,
+                    vllm_drafter: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings that make each engine accept like ``schedule``.
 
     Parameters
@@ -157,13 +194,17 @@ def engine_settings(schedule: Schedule, engines=ENGINES, digits: int = 4) -> dic
     digits : int, default 4
         Decimal places of the written numbers, 0 to :data:`MAX_DIGITS` (rates are kept
         non-increasing).
+    vllm_drafter : dict, optional
+        The drafter keys of vLLM's ``speculative_config`` (``method``, ``model``, ...);
+        default :data:`VLLM_DEFAULT_DRAFTER`.
 
     Returns
     -------
     dict
-        ``{"vllm": {"speculative_config": {...}}, "sglang": {"env": {...}},
-        "tensorrt_llm": {"env": {...}}}`` (the requested engines), plus
-        ``"acceptance_length"`` and ``"num_speculative_tokens"``.
+        ``{"vllm": {"speculative_config": {...}, "serve_args": [...]}, "sglang": {"env":
+        {...}, "server_args": {...}}, "tensorrt_llm": {"env": {...}, ...}}`` (the requested
+        engines), plus ``"acceptance_length"``, ``"num_speculative_tokens"`` and
+        ``"checked_against"`` (the engine version of each setting).
     """
     if not isinstance(schedule, Schedule):
         raise UserError(f"schedule must be a brwsim.export.Schedule, got {schedule!r}")
@@ -176,18 +217,38 @@ def engine_settings(schedule: Schedule, engines=ENGINES, digits: int = 4) -> dic
     bad = [e for e in engines if e not in ENGINES]
     if bad or isinstance(engines, str):
         raise UserError(f"unknown engine(s) {bad or engines!r}; known: {', '.join(ENGINES)}")
+    drafter = dict(VLLM_DEFAULT_DRAFTER if vllm_drafter is None else vllm_drafter)
+    if not isinstance(drafter.get("method"), str) or not drafter["method"]:
+        raise UserError(f"vllm_drafter needs a 'method' (e.g. 'ngram', 'eagle3'), got {vllm_drafter!r}")
     k = int(schedule.rates.size)
     rates = np.minimum.accumulate(np.round(schedule.rates, digits))
     al = round(1.0 + float(rates.sum()), digits)
-    out: dict[str, Any] = {"acceptance_length": al, "num_speculative_tokens": k}
+    out: dict[str, Any] = {"acceptance_length": al, "num_speculative_tokens": k,
+                           "checked_against": {e: CHECKED_AGAINST[e] for e in engines}}
     if "vllm" in engines:
-        out["vllm"] = {"speculative_config": {
-            "num_speculative_tokens": k, "rejection_sample_method": "synthetic",
-            "synthetic_acceptance_rates": [float(r) for r in rates]}}
+        import json
+
+        cfg = {**drafter, "num_speculative_tokens": k, "rejection_sample_method": "synthetic",
+               "synthetic_acceptance_rates": [float(r) for r in rates]}
+        out["vllm"] = {"speculative_config": cfg,
+                       "serve_args": ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]}
     if "sglang" in engines:
-        out["sglang"] = {"env": {"SGLANG_SIMULATE_ACC_LEN": f"{al:.{digits}f}",
-                                 "SGLANG_SIMULATE_ACC_METHOD": "match-expected"}}
+        out["sglang"] = {
+            "env": {"SGLANG_SIMULATE_ACC_LEN": f"{al:.{digits}f}",
+                    "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+                    "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"},
+            # the simulated length is clamped to num_steps + 1: K steps hold the schedule
+            "server_args": {"--speculative-num-steps": k, "--speculative-eagle-topk": 1,
+                            "--speculative-num-draft-tokens": k + 1}}
     if "tensorrt_llm" in engines:
-        out["tensorrt_llm"] = {"env": {
-            "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": f"{al - 1.0:.{digits}f}"}}
+        frac = round(al - 1.0, digits)
+        n_int = _round_half_up(frac)
+        out["tensorrt_llm"] = {
+            "env": {"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": str(n_int)},
+            "rounding": "nearest integer to acceptance_length - 1, halves up (the variable is "
+                        "parsed with int(); accepted draft tokens, bonus token excluded)",
+            "integer_acceptance_length": n_int + 1,
+            "fractional_value": f"{frac:.{digits}f}",
+            "max_draft_len_needed": max(n_int, math.ceil(frac)),
+        }
     return out

@@ -58,6 +58,17 @@ def _git_commit() -> str:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def provenance_attrs(title: str, config: dict[str, Any], seed: int,
                      command: str = "") -> dict[str, str]:
     """Global attributes recording what produced a dataset.

@@ -67,7 +67,7 @@ VARIABLES: dict[str, Var] = {name: Var(*spec) for name, spec in {
     "paper_bound": (("budget",), np.float64, "paper's bound (mu + mu2) log P / mu^2 with the O(1) term dropped", _UNITS_1),
     "prediction": (("budget",), np.float64, "renewal-theory prediction of E[X] (numerical renewal equation, brwsim.theory.prediction)", _UNITS_1),
     "prediction_se": (("budget",), np.float64, "standard error of the prediction from sampling the spine-step law (0 when exact)", _UNITS_1),
-    "upper_bound": (("budget",), np.float64, "proven upper bound on E[X]: min_t U(t) + e^-t (P - M(t)) on the floor-discretised spine law (brwsim.theory.upper_bound)", _UNITS_1),
+    "upper_bound": (("budget",), np.float64, "proven upper bound on E[X]: min_t U(t) + e^-t (P - M(t)) on the floor-discretised spine law, or a context-dependent family's own spine (brwsim.theory.upper_bound); NaN with attribute reason where none is proven", _UNITS_1),
     "upper_bound_se": (("budget",), np.float64, "standard error of upper_bound from sampling the spine-step law (0 when exact)", _UNITS_1),
     "step_time": (("budget",), np.float64, "mean time of one step under sweep.cost (drafting + verifying B + P tokens)", "s"),
     "plain_step_time": ((), np.float64, "time of one plain decoding call of B tokens under sweep.cost", "s"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -22,12 +23,11 @@ from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, Policy, parse_policy
 from brwsim.schema import variable
 from brwsim.theory import (
+    CURVES,
     check_family,
     paper_bound,
-    prediction,
-    prediction_with_se,
-    spine_steps,
-    upper_bound,
+    paper_bound_reason,
+    theory_curves,
 )
 from brwsim.validate import check_int, check_work_size, echo
 
@@ -218,9 +218,11 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
 
     mom = _memo(family, "moments", family.moments)
     nan = np.full(budgets.shape, np.nan)
-    pred = predictions(family, budgets) if theory else {
-        k: nan for k in ("prediction", "prediction_se", "prediction_asymptotic", "upper_bound",
-                         "upper_bound_se")}
+    reasons = {}
+    if theory:
+        pred, reasons = predictions(family, budgets, with_reasons=True)
+    else:
+        pred = {k: nan for k in CURVES}
     n_it = acc.shape[-1]
     coords = {"budget": ("budget", budgets, {"long_name": "draft budget P (tree nodes, root excluded)",
                                              "units": "1"}),
@@ -234,14 +236,21 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
             (("accepted", acc), ("expected_accepted", exp), ("depth", dep))}
     for name in ("mu", "mu2", "mu_se", "mu2_se", "h2"):
         data[name] = variable(name, getattr(mom, name))
-    data["paper_bound"] = variable("paper_bound", paper_bound(mom.mu, mom.mu2, budgets))
-    for name in ("prediction", "prediction_se", "prediction_asymptotic", "upper_bound",
-                 "upper_bound_se"):
-        data[name] = variable(name, pred[name])
+    why = paper_bound_reason(family)
+    if why is None:
+        data["paper_bound"] = variable("paper_bound", paper_bound(mom.mu, mom.mu2, budgets))
+    else:
+        data["paper_bound"] = variable("paper_bound", nan, reason=why)
+    for name in CURVES:
+        extra = {"reason": reasons[name]} if name in reasons else {}
+        data[name] = variable(name, pred[name], **extra)
     if not theory:
         data = {k: v for k, v in data.items() if v.dims != ("budget",)}
     attrs = provenance_attrs(f"brwsim optimal draft trees: {family!r}", config, seed, command)
     attrs["family"] = repr(family)
+    inputs = family.input_files()
+    if inputs:                            # a bank, corpus or weights file: its SHA-256 by path
+        attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     attrs["moments_exact"] = int(mom.exact)
     return xr.Dataset(data, coords, attrs)
 
@@ -258,33 +267,24 @@ def _memo(family: Family, name: str, compute: Any) -> Any:
     return cache[name]
 
 
-def predictions(family: Family, budgets: np.ndarray) -> dict[str, np.ndarray]:
+def predictions(family: Family, budgets: np.ndarray, *, with_reasons: bool = False):
     """The renewal predictions and the proven bound per budget (NaN where they do not apply).
+
+    A context-dependent family gets its own proven bound where the theory has one
+    (:mod:`brwsim.theory.contextual`) and NaN otherwise: never a value of its i.i.d.
+    marginal law.
 
     Returns
     -------
     dict
         ``prediction``, ``prediction_se`` (numerical prediction and its standard error from
         sampling the spine law, 0 when exact), ``prediction_asymptotic`` (NaN on lattices),
-        ``upper_bound`` and ``upper_bound_se``; see :mod:`brwsim.theory`.
+        ``upper_bound`` and ``upper_bound_se``; see :mod:`brwsim.theory`. With
+        ``with_reasons``, a pair: that dict and the reason of every NaN variable.
     """
-
-    steps = spine_steps(family)
-    nan = np.full(budgets.shape, np.nan)
-    out = {}
-    for name, fn in (("prediction", lambda: prediction_with_se(steps, budgets)),
-                     ("upper_bound", lambda: upper_bound(steps, budgets))):
-        try:
-            res = fn()
-            out[name], out[name + "_se"] = np.asarray(res.value, float), np.asarray(res.se, float)
-        except UserError:
-            out[name], out[name + "_se"] = nan, nan
-    try:
-        out["prediction_asymptotic"] = np.asarray(
-            prediction(family, budgets, method="asymptotic"), dtype=np.float64)
-    except UserError:
-        out["prediction_asymptotic"] = nan
-    return out
+    curves = _memo(family, f"theory:{budgets.tolist()}", lambda: theory_curves(family, budgets))
+    out = dict(curves.values)
+    return (out, dict(curves.reasons)) if with_reasons else out
 
 
 def summarize(ds: xr.Dataset) -> xr.Dataset:

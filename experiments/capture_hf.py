@@ -17,7 +17,7 @@ Usage::
         [--seed 0] [--device cpu] [--chat-template] [--npz data/bank_hf.npz]
 
 ``MODEL_DIR`` is a local folder (or a model already in the local Hugging Face cache): the
-script never downloads. It needs the optional dependencies ``pip install 'brwsim[hf]'``
+script never downloads. It needs the optional dependencies ``pip install -e '.[hf]'`` in the brwsim checkout
 (torch and transformers) and exits with one clear message when they are missing.
 """
 
@@ -72,7 +72,7 @@ def _import_hf() -> tuple[ModuleType, ModuleType]:
         import transformers
     except ImportError as exc:
         raise UserError("this script needs the optional dependencies torch and "
-                        "transformers: pip install 'brwsim[hf]' "
+                        "transformers: pip install -e '.[hf]' in the brwsim checkout "
                         f"(import failed: {exc})") from None
     return torch, transformers
 

@@ -14,7 +14,8 @@ from brwsim.errors import UserError
 from brwsim.families import FAMILIES
 from brwsim.textform import parse_budgets
 
-__all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se"]
+__all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se",
+           "bound_check", "reason_lines"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
 
@@ -53,3 +54,27 @@ def value_se(v: float, se: float = 0.0) -> str:
     if math.isnan(v):
         return "n/a"
     return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
+
+
+def bound_check(mean: float, se: float, bound: float, bound_se: float = 0.0) -> str:
+    """How a Monte Carlo mean sits against a proven upper bound, for a table cell.
+
+    ``below`` (mean <= bound), ``within SE`` (above by at most 4 combined standard errors:
+    sampling error) or ``ABOVE (bug)`` (above by more: the bound or the simulation is
+    wrong); ``n/a`` without a bound.
+    """
+    if math.isnan(bound) or math.isnan(mean):
+        return "n/a"
+    if mean <= bound:
+        return "below"
+    sigma = math.hypot(se if se > 0 else 0.0, bound_se if bound_se > 0 else 0.0)
+    return "within SE" if mean - bound <= 4 * sigma else "ABOVE (bug)"
+
+
+def reason_lines(ds, names) -> list[str]:
+    """One line per variable of ``ds`` stored as NaN with a ``reason`` attribute."""
+    out = []
+    for name in names:
+        if name in ds and "reason" in ds[name].attrs:
+            out.append(f"{name}: n/a: {ds[name].attrs['reason']}")
+    return out

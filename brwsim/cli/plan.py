@@ -24,7 +24,20 @@ def register(sub: Any) -> None:
     """Add ``plan`` and ``export-acceptance``."""
     pl = sub.add_parser("plan", help="the draft budget P* that maximises tokens/s per batch size, "
                         "under a GPU roofline or a measured cost table")
-    pl.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    pl.add_argument("--family", default=None,
+                    help="family string (default: an LLM-like mixture, not your workload: prefer "
+                         "--bank or --tau/--at-budget)")
+    pl.add_argument("--bank", metavar="FILE",
+                    help="your model's logprob bank (brwsim import-logprobs): the empirical family of its rows")
+    pl.add_argument("--tau", type=float, metavar="T",
+                    help="your measured tokens per call (bonus included) at --at-budget: the family's "
+                         "entropy is fitted to it as brwsim ceiling does")
+    pl.add_argument("--at-budget", type=int, metavar="P", help="the draft budget of the measured --tau")
+    pl.add_argument("--tau-se", type=float, default=0.0, metavar="SE",
+                    help="standard error of --tau; carried through the fit to the speedup (default 0)")
+    pl.add_argument("--shape", default="zipf-spread",
+                    help="distribution shape of the --tau fit (default zipf-spread; see brwsim ceiling)")
+    pl.add_argument("--vocab", type=int, default=32000, help="vocabulary of the --tau fit (default 32000)")
     pl.add_argument("--batch", default="1,8,64", help="batch sizes B, e.g. '1,8,64' or '1..256' (default 1,8,64)")
     pl.add_argument("--budgets", default=DEFAULT_BUDGETS,
                     help="shared draft budgets P offered (nodes over the batch; default 1..4096)")
@@ -61,13 +74,57 @@ def register(sub: Any) -> None:
     exp.set_defaults(func=_cmd_export)
 
 
+def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
+    """(family, where it came from, (h, h_se, shape, vocab) of a --tau fit or None)."""
+    import math
+
+    given = [name for name, v in (("--family", args.family), ("--bank", args.bank),
+                                  ("--tau", args.tau)) if v is not None]
+    if len(given) > 1:
+        raise UserError(f"plan: give one of --family, --bank, --tau (got {', '.join(given)})")
+    if (args.tau is None) != (args.at_budget is None):
+        raise UserError("plan: --tau and --at-budget go together (a measured tokens per call "
+                        "and the budget it was measured at)")
+    if args.bank is not None:
+        from brwsim.families import Empirical
+
+        family = Empirical(path=args.bank)
+        digest = family.input_files().get(str(args.bank), "?")
+        return family, f"your bank {args.bank} (sha256 {digest[:16]})", None
+    if args.tau is not None:
+        from brwsim.theory.ceiling import entropy_family, implied_entropy
+
+        se = args.tau_se
+        if not (math.isfinite(se) and se >= 0):
+            raise UserError(f"--tau-se must be >= 0, got {se:g}")
+        h = implied_entropy(args.tau, args.at_budget, args.shape, args.vocab)
+        if math.isinf(h):
+            raise UserError(f"plan: tau = {args.tau:g} at P = {args.at_budget} constrains no entropy "
+                            f"of shape {args.shape} (every entropy reaches it); use a larger tau or budget")
+        h_se = 0.0
+        if se > 0:           # the delta method through the fit: dh/dtau by a central difference
+            lo = implied_entropy(max(args.tau - se, 1.0 + 1e-9), args.at_budget, args.shape, args.vocab)
+            hi = implied_entropy(min(args.tau + se, args.at_budget + 1.0 - 1e-9), args.at_budget,
+                                 args.shape, args.vocab)
+            h_se = abs(lo - hi) / 2.0 if math.isfinite(lo) and math.isfinite(hi) else math.inf
+        return (entropy_family(args.shape, h, args.vocab),
+                f"fitted to your tau = {args.tau:g} ± {se:g} at P = {args.at_budget}: shape "
+                f"{args.shape}, mean entropy h* = {h:.4g} ± {h_se:.2g} nats (an optimal tree's "
+                "ceiling; a real drafter reaches tau at a lower entropy, so this plan is an upper bound)",
+                (h, h_se, args.shape, args.vocab))
+    if args.family is not None:
+        return parse_family(args.family), "your --family", None
+    return (parse_family(DEFAULT_FAMILY), "the default family, an LLM-like mixture: not your "
+            "workload (give --bank FILE or --tau T --at-budget P for your own numbers)", None)
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     import numpy as np
 
 
     if args.out:
         check_output_path(args.out, "--out")          # before the simulation, not after it
-    family = parse_family(args.family)
+    family, source, fit = _plan_family(args)
     sizes = parse_batch_sizes(args.batch)
     budgets = parse_budgets(args.budgets)
     if args.iterations < 1:
@@ -85,9 +142,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      table=args.cost_table, constant_ms=args.constant_ms,
                      draft_level_ms=args.draft_level_ms, draft_node_ms=args.draft_node_ms)
     show = not args.quiet and sys.stderr.isatty()
+    command = "brwsim " + " ".join(shlex.quote(a) for a in args.argv)
     ds = plan(family, cost, sizes, budgets, args.iterations, args.seed, progress=show,
-              command="brwsim " + " ".join(shlex.quote(a) for a in args.argv))
+              command=command)
+    ds.attrs["family_source"] = source
+    spread = None
+    if fit is not None and fit[1] > 0 and np.isfinite(fit[1]):
+        # the measurement's SE through h*: the same plan at h* -/+ SE (same seed, paired)
+        from brwsim.theory.ceiling import entropy_family
+
+        h, h_se, shape, vocab = fit
+        ends = [plan(entropy_family(shape, max(x, 1e-3), vocab), cost, sizes, budgets,
+                     args.iterations, args.seed)["best_speedup"].values for x in (h - h_se, h + h_se)]
+        spread = np.abs(ends[0] - ends[1]) / 2.0
+        ds["best_speedup_measurement_se"] = ("batch", spread, {
+            "long_name": "SE of best_speedup from the SE of the measured tau (plans at h* -/+ SE)",
+            "units": "1"})
     print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
+    print(f"family source: {source}")
     print(f"cost: {cost.describe()}")
     rows = []
     for i, b in enumerate(ds["batch"].values):
@@ -102,6 +174,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      f"{float(ds['best_tokens_per_second'][i]):.4g}", gain])
     print(format_table(rows, ["B", "P*", "P*/B", "tokens/call", "SE", "step ms", "plain ms",
                               "speedup", "SE", "tokens/s", "shared/split"]))
+    if spread is not None:
+        print("speedup SE from your tau's SE (plans at h* -/+ SE): "
+              + ", ".join(f"B={int(b)}: {s:.3f}" for b, s in zip(ds["batch"].values, spread)))
     print("tokens/call: per request, 1 + E[X]/B; speedup: tokens/s over plain decoding "
           "(B tokens per call); P* = 0: speculation does not pay")
     if args.out:

@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import Any
 
-from brwsim.cli.common import DEFAULT_BUDGETS, family_epilog, value_se
+from brwsim.cli.common import DEFAULT_BUDGETS, bound_check, family_epilog, reason_lines, value_se
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY, parse_family
 from brwsim.io import write_netcdf_atomic
@@ -69,17 +69,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     mu, mu2 = float(ds["mu"]), float(ds["mu2"])
     rows = []
     for i, p in enumerate(ds["budget"].values):
+        e, e_se = float(s.expected_mean[i]), float(s.expected_se[i])
         rows.append([str(p), f"{float(s.accepted_mean[i]):.4f}", f"{float(s.accepted_se[i]):.4f}",
-                     f"{float(s.tokens_per_call[i]):.4f}", f"{float(s.expected_mean[i]):.4f}",
-                     f"{float(s.expected_se[i]):.4f}", f"{float(s.depth_mean[i]):.2f}",
-                     f"{float(ds['paper_bound'][i]):.4f}", _fmt_se(ds, "upper_bound", i),
-                     _fmt_se(ds, "prediction", i)])
-    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth", "paper bound",
-              "upper bound", "prediction"]
+                     f"{float(s.tokens_per_call[i]):.4f}", f"{e:.4f} ± {e_se:.4f}",
+                     _fmt_se(ds, "upper_bound", i),
+                     bound_check(e, e_se, float(ds["upper_bound"][i]),
+                                 float(ds["upper_bound_se"][i])),
+                     _fmt_se(ds, "prediction", i), value_se(float(ds["paper_bound"][i])),
+                     f"{float(s.depth_mean[i]):.2f}"])
+    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T] ± SE", "upper bound", "E[X|T] vs bound",
+              "prediction", "paper bound", "depth"]
     print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
     se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
     print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
     print(format_table(rows, header))
+    print("upper bound: a proven upper bound on E[X] (± its SE where the spine law is sampled); "
+          "'within SE': E[X|T] above it by at most 4 SE (sampling error)")
+    for line in reason_lines(ds, ("upper_bound", "prediction", "paper_bound")):
+        print(line)
     if policies:
         print(_policy_table(ds))
     if args.out:

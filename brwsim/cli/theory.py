@@ -14,8 +14,15 @@ from brwsim.simulate import (
     validate_budgets,
 )
 from brwsim.textform import format_table, parse_budgets
-from brwsim.theory import check_family, paper_bound
+from brwsim.theory import (
+    Prediction,
+    check_family,
+    paper_bound,
+    paper_bound_reason,
+    small_budget_bound,
+)
 from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
+from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
 
 __all__ = ["register"]
 
@@ -45,23 +52,60 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     check_family(family)
     budgets = validate_budgets(parse_budgets(args.budgets))
     mom = family.moments()
-    pred = predictions(family, budgets)
-    bound = paper_bound(mom.mu, mom.mu2, budgets)
+    pred, reasons = predictions(family, budgets, with_reasons=True)
+    why = paper_bound_reason(family)
+    bound = paper_bound(mom.mu, mom.mu2, budgets) if why is None else np.full(budgets.shape, np.nan)
+    if why is not None:
+        reasons["paper_bound"] = why
     print(f"family: {family!r}")
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
           f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
     fmt = value_se
+    small, small_note = _small_budget(family, budgets)
     rows = [[str(p), fmt(bound[i]), fmt(pred["upper_bound"][i], pred["upper_bound_se"][i]),
+             fmt(small.value[i], small.se[i]),
              fmt(pred["prediction"][i], pred["prediction_se"][i]),
              fmt(pred["prediction_asymptotic"][i]), fmt(pred["prediction"][i] + 1)]
             for i, p in enumerate(budgets)]
-    print(format_table(rows, ["P", "paper bound", "upper bound", "prediction", "asymptotic",
-                              "tau pred."]))
-    if np.isnan(pred["prediction_asymptotic"]).all():
+    print(format_table(rows, ["P", "paper bound", "proven bound", "proven small-P bound",
+                              "renewal prediction", "renewal asymptotic", "tau pred."]))
+    print("proven bound: min over lam of the mean tree's Lagrangian (renewal functions); "
+          "proven small-P bound: the same, lam chosen per sampled tree after its first "
+          f"{DEFAULT_EXPAND} nodes (up to {DEFAULT_SAMPLES} trees, ± its SE; sharp at small P){small_note}; "
+          "renewal asymptotic: key renewal theorem, for large P only")
+    for name in ("paper_bound", "upper_bound", "prediction", "prediction_asymptotic"):
+        if name in reasons:
+            print(f"{name.replace('_', ' ')}: n/a: {reasons[name]}")
+    if "prediction_asymptotic" not in reasons and np.isnan(pred["prediction_asymptotic"]).all():
         print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
     if (pred["prediction_se"] > 0).any():
-        print("±: standard error from sampling the spine-step law (no exact law for this family)")
+        print("± of the proven bound and the prediction: standard error from sampling the "
+              "spine-step law (no exact law for this family)")
     return 0
+
+
+#: The conditioned bound's cost grows with P (its frontier holds about P nodes per tree):
+#: beyond this budget the unconditioned bound is as sharp and the column shows n/a.
+SMALL_BUDGET_MAX = 256
+
+
+def _small_budget(family, budgets):
+    """The conditioned small-budget bound for P <= SMALL_BUDGET_MAX (NaN elsewhere), and a
+    note on where it is n/a."""
+    import numpy as np
+
+    nan = np.full(budgets.shape, np.nan)
+    small = budgets <= SMALL_BUDGET_MAX
+    if not small.any():
+        return Prediction(nan, nan), f" (n/a: computed for P <= {SMALL_BUDGET_MAX})"
+    try:
+        res = small_budget_bound(family, budgets[small])
+    except UserError as exc:
+        return Prediction(nan, nan), f" (n/a: {exc})"
+    value, se = nan.copy(), nan.copy()
+    value[small], se[small] = res.value, res.se
+    note = "" if small.all() else f" (computed for P <= {SMALL_BUDGET_MAX})"
+    return Prediction(value, se), note
 
 
 def _cmd_ceiling(args: argparse.Namespace) -> int:

@@ -26,10 +26,11 @@ from brwsim.families.parse import DEFAULT_FAMILY, FAMILIES, parse_family
 from brwsim.families.peaked import Peaked
 from brwsim.families.softmaxnormal import SoftmaxNormal
 from brwsim.families.tempered import Tempered
+from brwsim.families.transformer import Transformer
 from brwsim.families.uniform import Uniform
 from brwsim.families.zipf import Zipf
 
 __all__ = ["Family", "Moments", "REGISTRY", "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet",
            "SoftmaxNormal", "Peaked", "Mixture", "EntropyTarget", "Tempered", "Empirical",
-           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "CharLSTM", "FAMILIES", "DEFAULT_FAMILY",
+           "MarkovRegime", "DepthDrift", "CorrelatedEntropy", "NGram", "CharLSTM", "Transformer", "FAMILIES", "DEFAULT_FAMILY",
            "parse_family"]

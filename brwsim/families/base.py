@@ -125,6 +125,15 @@ class Family:
         """
         return SampledLaw(self)
 
+    def context_spine(self):
+        """The spine of a context-dependent environment, for its proven bound, or None.
+
+        None for i.i.d. families (their :meth:`spine_law` is the whole story) and for
+        context-dependent families without a proven bound. Those with one return a
+        :class:`~brwsim.theory.contextual.ContextSpine` (``docs/theory.md``, Section 7).
+        """
+        return None
+
     def top1_mean(self) -> float | None:
         """E[max_i q_i], the exact E[X] at budget P = 1, where a closed form exists (else None)."""
         return None
@@ -157,6 +166,31 @@ class Family:
         if hasattr(law, "moments"):
             return law.moments
         return Moments(law.mu, law.mu2, exact=law.exact)
+
+    def input_files(self) -> dict[str, str]:
+        """SHA-256 (hex) of every file this family and the families in its parameters
+        read, by path (empty for a family defined by numbers alone).
+
+        A family that reads a file records it with :meth:`_record_input` when it reads it,
+        so the hash is of the bytes the numbers came from.
+        """
+        out = dict(self.__dict__.get("_input_sha256", {}))
+        todo = list(self.params().values())
+        while todo:
+            value = todo.pop()
+            if isinstance(value, Family):
+                out.update(value.input_files())
+            elif isinstance(value, (list, tuple)):
+                todo.extend(value)
+            elif isinstance(value, dict):
+                todo.extend(value.values())
+        return out
+
+    def _record_input(self, path: Any, sha256: str | None = None) -> None:
+        """Remember that this family read ``path`` (its SHA-256 computed unless given)."""
+        from brwsim.io import file_sha256
+
+        self.__dict__.setdefault("_input_sha256", {})[str(path)] = sha256 or file_sha256(path)
 
     def __getstate__(self) -> dict[str, Any]:
         # cached moments / spine steps (brwsim.simulate) stay behind: workers recompute them

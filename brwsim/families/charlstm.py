@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.families.base import Component, Family, Moments, check_int, check_positive
+from brwsim.families.base import Component, Family, check_int, check_positive
+from brwsim.families.checkpoint import packed32
 from brwsim.families.ngram import load_corpus
+from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
 from brwsim.kernels.lstm import HDR, head_width, lstm_probs
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
-from brwsim.theory.laws import BatchedAtoms, SpineSteps
 from brwsim.validate import check_input_file, echo
 
 __all__ = ["CharLSTM", "SHIPPED", "WINDOW", "META_TOKEN"]
@@ -35,8 +36,6 @@ SHIPPED = {"textgenrnn": ("textgenrnn_weights.hdf5", "textgenrnn_vocab.json")}
 WINDOW = 40
 #: textgenrnn's start-of-text meta token (a vocabulary entry of its own).
 META_TOKEN = "<s>"
-#: Drawn roots behind ``moments()`` and ``spine_steps()``.
-ROOT_SAMPLES = 1000
 _LAYERS = ("embedding", "rnn_1", "rnn_2", "attention", "output")
 
 
@@ -73,14 +72,6 @@ def _convert_lstm(kernel: np.ndarray, rec: np.ndarray, bias: np.ndarray, what: s
     elif bias.shape != (4 * u,):
         raise UserError(f"{what}: LSTM bias of shape {bias.shape} fits neither LSTM nor CuDNNLSTM")
     return kernel, rec, bias
-
-
-def _packed32(a: np.ndarray) -> np.ndarray:
-    """float32 values packed two per float64 slot (zero padded to an even count)."""
-    flat = np.ascontiguousarray(a, dtype=np.float32).ravel()
-    if flat.size % 2:
-        flat = np.append(flat, np.float32(0))
-    return flat.view(np.float64)
 
 
 @functools.lru_cache(maxsize=4)
@@ -128,8 +119,8 @@ def _load(weights_path: str, vocab_path: str) -> tuple[np.ndarray, dict[str, int
         raise UserError(f"{what} does not fit its vocabulary ({len(vocab)} characters) or "
                         "textgenrnn's architecture (embedding, 2 LSTM layers, attention, output)")
     (k1, r1, b1), (k2, r2, b2) = lstm
-    parts = [emb @ k1 + b1, emb @ wa[:e], emb @ wo[:e], _packed32(r1), _packed32(k2),
-             _packed32(r2), b2, wa[e:e + u], wa[e + u:], _packed32(wo[e:]), bo]
+    parts = [emb @ k1 + b1, emb @ wa[:e], emb @ wo[:e], packed32(r1), packed32(k2),
+             packed32(r2), b2, wa[e:e + u], wa[e + u:], packed32(wo[e:]), bo]
     header = np.zeros(HDR)
     header[:3] = nc, e, u
     off = HDR
@@ -143,7 +134,7 @@ def _load(weights_path: str, vocab_path: str) -> tuple[np.ndarray, dict[str, int
     return block, vocab, nc, e, u
 
 
-class CharLSTM(Family):
+class CharLSTM(RootSampled, Family):
     """textgenrnn's pretrained character-level LSTM language model (a trained neural network).
 
     Parameters
@@ -210,6 +201,7 @@ class CharLSTM(Family):
     name = "charlstm"
     example = "charlstm(carry=3)"
     iid = False
+    _ROOT_SPAWN = 0x4C53544D
 
     def __init__(self, weights: Any = "textgenrnn", temperature: float = 1.0,
                  carry: int = 20, prompt: str | None = None, corpus: Any = "prose",
@@ -232,6 +224,8 @@ class CharLSTM(Family):
         self.weights = os.fspath(weights)
         self.vocab = None if vocab is None else os.fspath(vocab)
         self._block, self._vocab, nc, e, u = _load(wpath, vpath)
+        self._record_input(wpath)
+        self._record_input(vpath)
         self.vocab_size = nc - 1
         chars = ["\x00"] * nc
         for ch, i in self._vocab.items():
@@ -359,36 +353,3 @@ class CharLSTM(Family):
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         i = int(rng.integers(self._roots.size - WINDOW + 1))
         return np.sort(self.probs(self._roots[i:i + WINDOW], beta)[1:])[::-1]
-
-    def _root_rows(self, n: int, seed: int) -> np.ndarray:
-        """Whole sorted distributions of ``n`` uniformly drawn roots (cached)."""
-        key = (n, seed)
-        if getattr(self, "_rows_key", None) != key:
-            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x4C53544D,)))
-            self._rows = np.array([self.sample_full(rng) for _ in range(n)])
-            self._rows_key = key
-        return self._rows
-
-    def spine_law(self) -> BatchedAtoms:
-        """The spine-step law of the root marginal, from 1000 drawn roots (exact atoms of each),
-        in 10 batches of 100 so that predictions carry their standard error.
-
-        The generic sampler would draw many more distributions of 40 LSTM steps each.
-        """
-        rows = self._root_rows(ROOT_SAMPLES, 0)
-        batches = []
-        for part in np.array_split(rows, 10):
-            p = part[part > 0]
-            batches.append(SpineSteps(-np.log(p), p / part.shape[0], exact=False))
-        return BatchedAtoms(batches)
-
-    def moments(self, n: int | None = None, seed: int = 0) -> Moments:
-        """Monte Carlo moments over ``n`` drawn roots (default 1000; 40 LSTM steps each)."""
-        rows = self._root_rows(ROOT_SAMPLES if n is None else int(n), seed)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lq = np.where(rows > 0, np.log(rows), 0.0)
-        h = -(rows * lq).sum(1)
-        m2 = (rows * lq * lq).sum(1)
-        se = lambda x: float(x.std(ddof=1) / np.sqrt(x.size))  # noqa: E731
-        return Moments(float(h.mean()), float(m2.mean()), se(h), se(m2), float((h * h).mean()),
-                       se(h * h), exact=False)

@@ -9,6 +9,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.families.entropytarget import EntropyTarget
 from brwsim.kernels import dist as K
+from brwsim.theory.contextual import DominatedSpine, NoTheory
 
 __all__ = ["CorrelatedEntropy"]
 
@@ -46,3 +47,17 @@ class CorrelatedEntropy(EntropyTarget):
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:
         return np.array([K.CTX_AR1, self.rho])
+
+    def context_spine(self) -> DominatedSpine:
+        """Every step is stochastically at least the smallest of the values' step laws.
+
+        Whatever the latent path, a node's distribution is one of the values' (a
+        geometric or Zipf law of that entropy), so the steps dominate the law whose
+        distribution function is the largest of theirs: a proven bound, loose when the
+        entropies are far apart (``docs/theory.md``, Section 7.3).
+        """
+        parts = self.value_laws()
+        if parts is None:
+            raise NoTheory(f"{self.name}: its {self.entropies.size} entropy values need more "
+                           "exact atoms than the theory builds: no proven bound")
+        return DominatedSpine(parts[0])

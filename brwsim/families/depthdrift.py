@@ -10,6 +10,7 @@ from brwsim.families.base import Component, Family, Moments, check_positive
 from brwsim.families.context import _families, _ranges
 from brwsim.families.tempered import Tempered
 from brwsim.kernels import dist as K
+from brwsim.theory.contextual import DepthSpine
 
 __all__ = ["DepthDrift"]
 
@@ -59,3 +60,7 @@ class DepthDrift(Family):
     def spine_law(self):
         """The root family's law (``families[0]``)."""
         return self.families[0].spine_law()
+
+    def context_spine(self) -> DepthSpine:
+        """One spine law per depth below the root, the last repeating."""
+        return DepthSpine([f.cached_spine_law() for f in self.families])

@@ -85,6 +85,8 @@ class Empirical(Family):
         if isinstance(source, (str, Path, xr.Dataset)):
             self.path = None if isinstance(source, xr.Dataset) else str(source)
             probs, _tail = load_bank(source)
+            if self.path is not None:
+                self._record_input(self.path)
             source = probs
         self.rows = validate_rows(source)
 

@@ -159,22 +159,26 @@ class EntropyTarget(Family):
         distinct values on a large vocabulary) is sampled instead.
         """
 
+        parts = self.value_laws()
+        return SampledLaw(self) if parts is None else mixture_law(*parts)
+
+    def value_laws(self) -> tuple[list, np.ndarray] | None:
+        """The exact spine-step law of each distinct shape parameter and its share, or None
+        when they would need more than :data:`~brwsim.theory.laws.MAX_EXACT_ATOMS` atoms."""
         values, counts = np.unique(self.params_per_value, return_counts=True)
         share = counts / counts.sum()
         if self.shape == "zipf" and values.size <= 64 and self.vocab > 65_536:
-            laws = [ZipfLaw(v, self.vocab, mu=h, mu2=m2)
-                    for v, (h, m2) in ((v, _zipf_moments_at(v, self.vocab)) for v in values)]
-            return mixture_law(laws, share)
+            return [ZipfLaw(v, self.vocab, mu=h, mu2=m2)
+                    for v, (h, m2) in ((v, _zipf_moments_at(v, self.vocab)) for v in values)], share
         if self.shape == "zipf":
             atoms = values.size * self.vocab
         else:                                      # r = 0 is one atom (q = [1])
             atoms = sum(geometric_atom_count(v) if v > 0 else 1 for v in values)
         if atoms > MAX_EXACT_ATOMS:
-            return SampledLaw(self)
-        laws = [Geometric(v).spine_law() if self.shape == "geometric" and v > 0
+            return None
+        return [Geometric(v).spine_law() if self.shape == "geometric" and v > 0
                 else SpineSteps.atoms([0.0], [1.0]) if self.shape == "geometric"
-                else Zipf(v, self.vocab, spread=0).spine_law() for v in values]
-        return mixture_law(laws, share)
+                else Zipf(v, self.vocab, spread=0).spine_law() for v in values], share
 
     def moments(self, n: int | None = None, seed: int = 0) -> Moments:
 

@@ -11,6 +11,7 @@ from brwsim.families.base import Component, Family, Moments
 from brwsim.families.context import _families, _ranges
 from brwsim.families.mixture import Mixture
 from brwsim.kernels import dist as K
+from brwsim.theory.contextual import RegimeSpine
 
 __all__ = ["MarkovRegime"]
 
@@ -92,3 +93,8 @@ class MarkovRegime(Family):
 
     def top1_mean(self) -> float | None:
         return self._marginal().top1_mean()
+
+    def context_spine(self) -> RegimeSpine:
+        """The regimes' spine laws chained by the transition matrix (a multi-type spine)."""
+        return RegimeSpine([f.cached_spine_law() for f in self.families], self.transition,
+                           self.stationary)

@@ -232,6 +232,10 @@ class NGram(Family):
         self.discount = d
         self.corpus = os.fspath(corpus) if isinstance(corpus, os.PathLike) else corpus
         text = load_corpus(corpus)
+        if text is not corpus:           # read from a file: the hash of the text trained on
+            import hashlib
+
+            self._record_input(f"corpus {self.corpus}", hashlib.sha256(text.encode("utf-8")).hexdigest())
         self.alphabet, self._block, self._pos_ctx = _train(text, self.order, d)
         self.vocab = len(self.alphabet)
         self.n_chars = len(text)

@@ -5,6 +5,9 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
 * :data:`kernel` (``_nrt=False``) compiles kernels that never allocate: without the numba
   runtime they carry no reference counting, which otherwise costs two atomic operations
   per array argument and call (measured: 200 -> 36 ns per tree node on Uniform(3)).
+* :data:`inline_kernel` is :data:`kernel` inlined into its callers by numba itself (LLVM
+  does not inline a cached callee with many array arguments): for the few small
+  functions on a tree pass's hot path.
 * :data:`njit_cached` compiles functions that allocate (workspaces, drivers).
 * :data:`dense_kernel` is :data:`kernel` for dense float arithmetic (the LSTM's products
   and gates): ``a * b + c`` may fuse into one FMA (``fastmath={"contract"}``, no other
@@ -16,15 +19,29 @@ Both cache compiled code in a folder keyed by a hash of brwsim's sources. numba'
 cache only notices changes to a function's file, so a caller in another module would keep
 stale machine code of a changed callee; keying on every source avoids that.
 ``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``.
+
+Two things keep a cold start short and visible:
+
+* **One specialisation per kernel.** A kernel called from another kernel with a constant
+  argument (``dist_init(..., 0, ...)``) would otherwise be compiled once more for numba's
+  ``Literal[int](0)`` type, next to its ``int64`` version, doubling the largest kernels'
+  compile time; the decorators type such calls with plain ``int64`` (:func:`_unliteral_calls`).
+* **A notice on stderr** the first time a process compiles (not when it loads the cache):
+  what is compiled, that it happens once, where it is cached, then one line per kernel
+  group (a kernel compiled from Python, with everything it calls) with its time.
+  ``BRWSIM_COMPILE_NOTICE=0`` silences it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import time
 from pathlib import Path
 
 import numba as nb
+from numba.core import event, types
 
 
 def _cache_dir() -> str:
@@ -38,6 +55,18 @@ def _cache_dir() -> str:
 CACHE_DIR = _cache_dir()
 
 
+def _unliteral_calls(dispatcher):
+    """Type calls from other kernels with non-literal argument types (one specialisation)."""
+    template = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return template(tuple(types.unliteral(a) for a in args),
+                        {k: types.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
+    return dispatcher
+
+
 def _jit(**options):
     """``numba.njit(cache=True, **options)`` caching into :data:`CACHE_DIR` only."""
 
@@ -45,7 +74,7 @@ def _jit(**options):
         previous = nb.config.CACHE_DIR
         nb.config.CACHE_DIR = CACHE_DIR
         try:
-            return nb.njit(cache=True, **options)(fn)
+            return _unliteral_calls(nb.njit(cache=True, **options)(fn))
         finally:
             nb.config.CACHE_DIR = previous
 
@@ -53,5 +82,55 @@ def _jit(**options):
 
 
 kernel = _jit(_nrt=False)
+inline_kernel = _jit(_nrt=False, inline="always")
 njit_cached = _jit()
 dense_kernel = _jit(_nrt=False, fastmath={"contract"}, error_model="numpy")
+
+
+class _CompileNotice(event.Listener):
+    """Print, on stderr, when brwsim's kernels are compiled (cache misses only)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream
+        self.depth = 0
+        self.announced = False
+        self.started = 0.0
+
+    @staticmethod
+    def _ours(ev) -> str | None:
+        fn = getattr(ev.data.get("dispatcher"), "py_func", None)
+        module = getattr(fn, "__module__", "") or ""
+        return f"{module.removeprefix('brwsim.kernels.')}.{fn.__name__}" if module.startswith("brwsim.") else None
+
+    def _say(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        try:
+            print(f"brwsim: {text}", file=stream, flush=True)
+        except (OSError, ValueError):        # a closed stderr must not break the run
+            pass
+
+    def on_start(self, ev) -> None:
+        name = self._ours(ev)
+        if name is None:
+            return
+        if self.depth == 0:
+            if not self.announced:
+                self.announced = True
+                self._say("compiling numba kernels for this kind of run; this happens once, the "
+                          f"machine code is cached in {CACHE_DIR} (later runs load it in seconds)")
+            self.started = time.perf_counter()
+            self._say(f"compiling {name} ...")
+        self.depth += 1
+
+    def on_end(self, ev) -> None:
+        if self._ours(ev) is None:
+            return
+        self.depth = max(self.depth - 1, 0)
+        if self.depth == 0:
+            self._say(f"compiled {self._ours(ev)} in {time.perf_counter() - self.started:.0f} s")
+
+
+#: The listener behind the compile notice (registered unless ``BRWSIM_COMPILE_NOTICE=0``).
+COMPILE_NOTICE = _CompileNotice()
+if os.environ.get("BRWSIM_COMPILE_NOTICE", "1") != "0":
+    event.register("numba:compile", COMPILE_NOTICE)

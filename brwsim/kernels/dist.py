@@ -40,7 +40,8 @@ function of (seed, path):
   class of its rank, read from the parent's head (``head[pd, V + rank]``) and the LSTM
   component advances the parent's state by it; a drawn root takes the window
   ``class_i .. class_{i+W-1}`` of a uniform i < n_roots; a preset root keeps the state
-  the caller wrote into its head row.
+  the caller wrote into its head row. The TRANSFORMER kind uses the same program (its
+  classes are the token stream of the prompts, W the root window's length).
 """
 
 from __future__ import annotations
@@ -49,11 +50,15 @@ import math
 
 import numpy as np
 
-from brwsim.kernels import kernel
+from numba import types
+from numba.extending import overload
+
+from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
 TABLE = 1
@@ -65,6 +70,8 @@ PEAKED = 6
 ENTROPY = 7  # geometric (ipar[c, 2] == 0) or Zipf over ipar[c, 2] tokens, parameter per node from data
 NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c, 0] = beta
 LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, carry
+TRANSFORMER = 10  # GPT-2 / Llama checkpoint (brwsim.kernels.transformer): fpar[c] = beta, carry,
+                  # window; ipar[c, 2] = context slots (window + carry)
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -78,6 +85,11 @@ ROOT_DRAW = -1      # ``pd`` of a root whose context is drawn from the stationar
 ROOT_PRESET = -2    # ``pd`` of a root whose context the caller has written into its level
 
 EMPTY = -1      # a level proven to have no rank above the caller's cut-off
+
+#: dtype of ``kinds`` of a family without NGRAM or LSTM components (see :func:`kinds_dtype`).
+PLAIN_KINDS = np.int64
+#: dtype of ``kinds`` of a family with an NGRAM or LSTM component.
+CONTEXTUAL_KINDS = np.int32
 
 # ORDERSTAT table layout inside data: three splines of n_int x 4 coefficients each.
 OS_LOGW, OS_LOGM1, OS_LOGM2 = range(3)
@@ -363,6 +375,110 @@ def _context(cprog, key, d, lf, li, head, pd, rank):
     return int(cprog[base + 2 * k]), int(cprog[base + 2 * k + 1]), -1.0
 
 
+CLOSED_KINDS = (UNIFORM, TABLE, GEOMETRIC, ZIPF, BANK, PEAKED)
+# log(i) for i < _N_LOG, by the same libm log the kernels call (bit-identical to math.log in
+# a kernel): Zipf and Peaked ranks read it instead of computing a logarithm per child.
+_N_LOG = 2048
+_LOG = np.array([math.log(float(i)) if i > 0 else NEG_INF for i in range(_N_LOG)])
+
+
+@inline_kernel
+def _log_int(i):
+    """log(i) for an integer i >= 1 (a table below _N_LOG)."""
+    return _LOG[i] if i < _N_LOG else math.log(float(i))
+
+
+@kernel
+def closed_form(kinds, cprog):
+    """True when nodes are i.i.d. (no context program) and every component is closed-form
+    (one of CLOSED_KINDS): the tree pass then calls :func:`closed_init` and
+    :func:`closed_next` inline instead of :func:`dist_init` and :func:`dist_next`."""
+    if int(cprog[0]) != CTX_NONE:
+        return False
+    for c in range(kinds.shape[0]):
+        k = kinds[c]
+        if not (k <= PEAKED and k != ORDERSTAT):
+            return False
+    return True
+
+
+@inline_kernel
+def closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li):
+    """:func:`dist_init` of an i.i.d. node of a :func:`closed_form` family (the same state)."""
+    dk = purpose_key(key, DIST)
+    c = 0
+    if kinds.shape[0] > 1:
+        c = _pick(cw, 0, kinds.shape[0], unit(dk, 0))
+    kind = kinds[c]
+    li[d, 0] = kind
+    li[d, 1] = 0
+    li[d, 2] = c
+    _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
+
+
+@inline_kernel
+def _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li):
+    """Level ``d``'s state for a closed-form component ``c`` of kind ``kind``."""
+    if kind == ZIPF:
+        s_lo = fpar[c, 0]
+        s = s_lo + unit(dk, 1) * (fpar[c, 1] - s_lo)
+        lf[d, 0] = s
+        lf[d, 1] = spline_eval(data, ipar[c, 0], ipar[c, 1] // 4, s_lo, fpar[c, 2], s)
+        li[d, 3] = ipar[c, 2]
+    elif kind == GEOMETRIC:
+        lf[d, 0] = fpar[c, 1]
+        lf[d, 1] = fpar[c, 2]
+    elif kind == BANK:
+        nrows = ipar[c, 2]
+        li[d, 3] = min(int(unit(dk, 1) * nrows), nrows - 1)
+    elif kind == PEAKED:
+        top, coef = _peaked_params(fpar[c, 0], fpar[c, 1], fpar[c, 2], fpar[c, 3],
+                                   fpar[c, 4], fpar[c, 5], dk)
+        lf[d, 0] = top
+        lf[d, 1] = coef
+        lf[d, 2] = fpar[c, 2]
+        li[d, 3] = 0                      # 1 once the top-1 token has been emitted
+
+
+@inline_kernel
+def closed_next(fpar, ipar, data, d, lf, li):
+    """:func:`dist_next` of a level set up by :func:`closed_init`."""
+    kind = li[d, 0]
+    c = li[d, 2]
+    r = li[d, 1]
+    li[d, 1] = r + 1
+    return _closed_next(fpar, ipar, data, kind, c, r, d, lf, li)
+
+
+@inline_kernel
+def _closed_next(fpar, ipar, data, kind, c, r, d, lf, li):
+    """Log-probability of rank ``r`` of a closed-form level (``-inf`` past the vocabulary)."""
+    out = NEG_INF
+    if kind == ZIPF:
+        if r < li[d, 3]:
+            out = -lf[d, 0] * _log_int(r + 1) - lf[d, 1]
+    elif kind == GEOMETRIC:
+        out = lf[d, 1] if r == 0 else lf[d, 1] + r * lf[d, 0]
+    elif kind == UNIFORM:
+        if r < ipar[c, 2]:
+            out = fpar[c, 0]
+    elif kind == TABLE:
+        if r < ipar[c, 1]:
+            out = data[ipar[c, 0] + r]
+    elif kind == BANK:
+        k = ipar[c, 3]
+        if r < k:
+            out = data[ipar[c, 0] + li[d, 3] * k + r]
+    elif kind == PEAKED:
+        i = r + 1 - li[d, 3]              # next Zipf index, 1-based
+        if i <= ipar[c, 2] - 1:
+            out = lf[d, 1] - lf[d, 2] * _log_int(i)
+        if li[d, 3] == 0 and lf[d, 0] >= out:
+            li[d, 3] = 1
+            out = lf[d, 0]
+    return out
+
+
 @kernel
 def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq, pd, rank):
     """Set up level ``d`` with the distribution of the node whose key is ``key``.
@@ -383,28 +499,10 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     li[d, 0] = kind
     li[d, 1] = 0
     li[d, 2] = c
-    if kind == ZIPF:
-        s_lo = fpar[c, 0]
-        s = s_lo + unit(dk, 1) * (fpar[c, 1] - s_lo)
-        lf[d, 0] = s
-        lf[d, 1] = spline_eval(data, ipar[c, 0], ipar[c, 1] // 4, s_lo, fpar[c, 2], s)
-        li[d, 3] = ipar[c, 2]
-    elif kind == GEOMETRIC:
-        r = fpar[c, 0]
-        lf[d, 0] = fpar[c, 1]
-        lf[d, 1] = fpar[c, 2]
-    elif kind == BANK:
-        nrows = ipar[c, 2]
-        li[d, 3] = min(int(unit(dk, 1) * nrows), nrows - 1)
+    if kind <= PEAKED and kind != ORDERSTAT:
+        _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
     elif kind == ORDERSTAT:
         _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
-    elif kind == PEAKED:
-        top, coef = _peaked_params(fpar[c, 0], fpar[c, 1], fpar[c, 2], fpar[c, 3],
-                                   fpar[c, 4], fpar[c, 5], dk)
-        lf[d, 0] = top
-        lf[d, 1] = coef
-        lf[d, 2] = fpar[c, 2]
-        li[d, 3] = 0                      # 1 once the top-1 token has been emitted
     elif kind == ENTROPY:
         # data holds (shape parameter, log normaliser) per entropy value, tempered
         off, n_vals = ipar[c, 0], ipar[c, 1] // 2
@@ -420,14 +518,49 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
             lf[d, 1] = data[i + 1]
             li[d, 3] = ipar[c, 2]
             li[d, 0] = ZIPF
-    elif kind == NGRAM:
-        # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
-        li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
-    elif kind == LSTM:
-        # ranks into head[d, :V], their classes into head[d, V:], the state after them
-        n_list = li[pd, 3] if pd >= 0 else 0
-        li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
-                             pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
+    elif kind == NGRAM or kind == LSTM or kind == TRANSFORMER:
+        _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank)
+
+
+def kinds_dtype(kinds) -> type:
+    """The dtype of a family's ``kinds`` array: :data:`CONTEXTUAL_KINDS` when a component is
+    an NGRAM, LSTM or TRANSFORMER, else :data:`PLAIN_KINDS`.
+
+    The dtype selects, at compile time, whether :func:`dist_init` contains the n-gram and
+    LSTM code (:func:`_contextual_init`): the LSTM's kernels are the larger part of a cold
+    compilation, and a family without them never needs them compiled.
+    """
+    return CONTEXTUAL_KINDS if any(int(k) in (NGRAM, LSTM, TRANSFORMER) for k in kinds) else PLAIN_KINDS
+
+
+def _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+    """Set up an NGRAM, LSTM or TRANSFORMER level (a plain-kinds family has none: never called)."""
+    raise NotImplementedError("only called from numba kernels")
+
+
+@overload(_contextual_init, jit_options={"_nrt": False})
+def _contextual_init_impl(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+    if not (isinstance(kinds, types.Array) and kinds.dtype == types.int32):
+        def plain(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+            li[d, 3] = 0                  # unreachable: a plain family has no such component
+        return plain
+
+    def contextual(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+        if kind == NGRAM:
+            # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
+            li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
+        elif kind == LSTM:
+            # ranks into head[d, :V], their classes into head[d, V:], the state after them
+            n_list = li[pd, 3] if pd >= 0 else 0
+            li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
+                                 pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
+        else:
+            # as LSTM: ranks into head[d, :V], their tokens into head[d, V:], the cache after them
+            n_list = li[pd, 3] if pd >= 0 else 0
+            li[d, 3] = transformer_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], fpar[c, 2],
+                                        ipar[c, 2], cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                        min_logq, head, li[d, CTX_I])
+    return contextual
 
 
 @kernel
@@ -442,34 +575,14 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
     r = li[d, 1]
     li[d, 1] = r + 1
     out = NEG_INF
-    if kind == ZIPF:
-        if r < li[d, 3]:
-            out = -lf[d, 0] * math.log(r + 1.0) - lf[d, 1]
-    elif kind == GEOMETRIC:
-        out = lf[d, 1] if r == 0 else lf[d, 1] + r * lf[d, 0]
-    elif kind == UNIFORM:
-        if r < ipar[c, 2]:
-            out = fpar[c, 0]
-    elif kind == TABLE:
-        if r < ipar[c, 1]:
-            out = data[ipar[c, 0] + r]
-    elif kind == BANK:
-        k = ipar[c, 3]
-        if r < k:
-            out = data[ipar[c, 0] + li[d, 3] * k + r]
+    if kind <= PEAKED and kind != ORDERSTAT:
+        out = _closed_next(fpar, ipar, data, kind, c, r, d, lf, li)
     elif kind == ORDERSTAT:
         n = ipar[c, 2]
         if r < ipar[c, 4]:
             out = head[d, r]
         elif r < n:
             out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
-    elif kind == PEAKED:
-        i = r + 1 - li[d, 3]              # next Zipf index, 1-based
-        if i <= ipar[c, 2] - 1:
-            out = lf[d, 1] - lf[d, 2] * math.log(i)
-        if li[d, 3] == 0 and lf[d, 0] >= out:
-            li[d, 3] = 1
-            out = lf[d, 0]
-    elif (kind == NGRAM or kind == LSTM) and r < li[d, 3]:
+    elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:
         out = head[d, r]
     return out

@@ -618,6 +618,27 @@ def _rerun(data, o, d, head, cls, c0, w):
 
 
 @kernel
+def sort_listed(hr, v, n):
+    """Shell sort of ``hr[:n]`` descending with their classes or tokens ``hr[v:v + n]``, ties
+    by ascending class (the listings of ``charlstm`` and ``transformer``)."""
+    gap = 1
+    while gap * 3 + 1 < n:
+        gap = gap * 3 + 1
+    while gap >= 1:
+        for i in range(gap, n):
+            lq = hr[i]
+            c = hr[v + i]
+            k = i
+            while k >= gap and (hr[k - gap] < lq or (hr[k - gap] == lq and hr[v + k - gap] > c)):
+                hr[k] = hr[k - gap]
+                hr[v + k] = hr[v + k - gap]
+                k -= gap
+            hr[k] = lq
+            hr[v + k] = c
+        gap //= 3
+
+
+@kernel
 def _listed(data, o, beta, row, head, min_logq):
     """Sorted tempered log-probabilities of the characters above ``min_logq`` into head[row].
 
@@ -641,21 +662,7 @@ def _listed(data, o, beta, row, head, min_logq):
             hr[n] = lq
             hr[v + n] = c + 1
             n += 1
-    gap = 1                             # shell sort, descending by (lq, -c)
-    while gap * 3 + 1 < n:
-        gap = gap * 3 + 1
-    while gap >= 1:
-        for i in range(gap, n):
-            lq = hr[i]
-            c = hr[v + i]
-            k = i
-            while k >= gap and (hr[k - gap] < lq or (hr[k - gap] == lq and hr[v + k - gap] > c)):
-                hr[k] = hr[k - gap]
-                hr[v + k] = hr[v + k - gap]
-                k -= gap
-            hr[k] = lq
-            hr[v + k] = c
-        gap //= 3
+    sort_listed(hr, v, n)
     return n
 
 

@@ -51,6 +51,7 @@ from brwsim.kernels.tree import (
     _select_nested,
     _tie_cut,
     _within,
+    first_levels,
 )
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
@@ -479,7 +480,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
     dep = np.empty(cap, np.int32)
     onpath = np.empty(cap, np.int8)
     order = np.empty(cap, np.int32)
-    n_levels = 256
+    n_levels = first_levels(head_cap)
     (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb,
      lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
     t = t_start

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from brwsim.kernels.dist import NF, NI
+from brwsim.kernels.dist import NF, NI, kinds_dtype
 
 __all__ = ["Component", "Spec", "compile_spec"]
 
@@ -46,7 +46,10 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
     """Pack components (and a context program) into a :class:`Spec`.
 
     ``ipar[:, 0:2]`` become (offset, length) of each component's data block; ``cprog``
-    defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`).
+    defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`). ``kinds`` is int32
+    when a component is an n-gram or LSTM and int64 otherwise
+    (:func:`brwsim.kernels.dist.kinds_dtype`): the kernels of other families are then
+    compiled without the n-gram and LSTM code.
     """
     m = len(comps)
     fpar = np.zeros((m, NF))
@@ -64,6 +67,7 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
         off += comp.data.size
     w = np.array([comp.weight for comp in comps], dtype=np.float64)
     data = np.concatenate(blocks) if blocks else np.zeros(0)
+    kinds = kinds.astype(kinds_dtype(kinds))     # selects the kernels' contextual code or not
     return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
                 max(comp.head_cap for comp in comps),
                 np.zeros(1) if cprog is None else np.asarray(cprog, dtype=np.float64))

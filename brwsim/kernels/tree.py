@@ -11,10 +11,18 @@ ulps apart; two positions within ``TIE_REL`` (relative) of each other are a tie,
 depth, then pre-order. The pass collects every node up to ``_tie_cut(t)``, past any node
 tied with one <= t; if at least P_max nodes fall below t itself, the P_max first by
 (S with ties, depth, pre-order index) are exactly T_{P_max}; pre-order among tied (S,
-depth) is the lexicographic order of rank paths, so the tie-break does not depend on t. :func:`_select_nested` partitions them once
-per budget (largest first, expected linear time) and accumulates, per budget, the path
+depth) is the lexicographic order of rank paths, so the tie-break does not depend on t.
+:func:`_select_nested` partitions them once per budget (largest first, expected linear
+time: a quickselect on plain float positions, then the full order only among the few nodes
+within 8 TIE_REL of the cut, see :func:`_select`) and accumulates, per budget, the path
 probabilities (in two-limb fixed point, so the sum is exact and independent of the order
 of addition, hence of the budget list and of t), the path nodes and the maximum depth.
+
+Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
+table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
+through small helpers inlined into the pass; every other family (order statistics, the
+contextual families, n-grams, the LSTM) goes through the general ``dist_init`` /
+``dist_next``, which are calls. Both give the same numbers.
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ from brwsim.kernels.dist import (
     LEVEL_F,
     LEVEL_I,
     ROOT_DRAW,
+    closed_form,
+    closed_init,
+    closed_next,
     dist_init,
     dist_next,
 )
@@ -41,6 +52,7 @@ _ABORT = -1
 _TOO_DEEP = -2
 MAX_NODES = 1 << 28               # hard limit on one pass (about 5 GB of buffers)
 NO_DEPTH_CAP = 1 << 30            # max_depth of the unconstrained optimal tree
+LEVEL_CELLS = 1 << 24             # head entries of a pass's first levels (128 MiB)
 T_LIMIT = 800.0                   # -log p beyond this is 0 in float64: every node is found
 HUGE_TIE = -1                     # grow_tree: more than MAX_NODES nodes tie at one position
 TOO_FEW = -2                      # grow_tree: fewer than P nodes of positive probability
@@ -73,13 +85,16 @@ def _new_levels(n_levels, head_cap):
 
 
 @kernel
-def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_depth, pos, dep,
-             onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap, max_depth, pos,
+             dep, onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
     """Nodes with S <= _tie_cut(t) below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
     ROOT_PRESET (already written into level 0 by the caller, for generation runs). The
-    per-level buffers (``keys`` .. ``head``) are never rebound here. Returns the number of nodes, ``_ABORT`` if more
+    per-level buffers (``keys`` .. ``head``) are never rebound here. With ``closed``
+    (:func:`brwsim.kernels.dist.closed_form`: i.i.d. nodes, closed-form components) the
+    distributions are set up and read by the small inline ``closed_init`` / ``closed_next``
+    (the same state and numbers as ``dist_init`` / ``dist_next``). Returns the number of nodes, ``_ABORT`` if more
     than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
     """
     n_levels = keys.shape[0]
@@ -89,11 +104,17 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_de
     on_lev[0] = 1
     u_lev[0] = unit(purpose_key(rkey, PATH), 0)
     c_lev[0] = 0.0
-    dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
+    if closed:
+        closed_init(kinds, cw, fpar, ipar, data, rkey, 0, lf, li)
+    else:
+        dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
     n = 0
     d = 0
     while d >= 0:
-        lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
+        if closed:
+            lq = closed_next(fpar, ipar, data, d, lf, li)
+        else:
+            lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
         sc = s_lev[d] - lq
         # above the threshold, exhausted (-inf), NaN, or deeper than any top-P_max node
         if not sc <= t or d >= max_depth:
@@ -122,7 +143,10 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, max_de
         if child_on == 1:
             u_lev[d] = unit(purpose_key(ck, PATH), 0)
             c_lev[d] = 0.0
-        dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
+        if closed:
+            closed_init(kinds, cw, fpar, ipar, data, ck, d, lf, li)
+        else:
+            dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
     return n
 
 
@@ -157,31 +181,39 @@ def _before(pos, dep, i, j):
 
 
 @kernel
-def _select(order, hi, k, pos, dep):
-    """Rearrange order[:hi] so that order[:k] holds its k first nodes (quickselect)."""
-    lo = 0
+def _less(pos, dep, i, j, plain):
+    """i before j: by plain float position (``plain``), else by :func:`_before`."""
+    if plain:
+        return pos[i] < pos[j]
+    return _before(pos, dep, i, j)
+
+
+@kernel
+def _select_range(order, lo, hi, k, pos, dep, plain):
+    """Rearrange order[lo:hi] so that order[lo:k] holds its k - lo first nodes by
+    :func:`_less` (quickselect, median-of-three pivot)."""
     hi -= 1
     while hi > lo:
         mid = (lo + hi) >> 1
         a, b, c = order[lo], order[mid], order[hi]
-        if _before(pos, dep, a, b):
-            if _before(pos, dep, b, c):
+        if _less(pos, dep, a, b, plain):
+            if _less(pos, dep, b, c, plain):
                 piv = b
-            elif _before(pos, dep, a, c):
+            elif _less(pos, dep, a, c, plain):
                 piv = c
             else:
                 piv = a
-        elif _before(pos, dep, a, c):
+        elif _less(pos, dep, a, c, plain):
             piv = a
-        elif _before(pos, dep, b, c):
+        elif _less(pos, dep, b, c, plain):
             piv = c
         else:
             piv = b
         i, j = lo, hi
         while i <= j:
-            while _before(pos, dep, order[i], piv):
+            while _less(pos, dep, order[i], piv, plain):
                 i += 1
-            while _before(pos, dep, piv, order[j]):
+            while _less(pos, dep, piv, order[j], plain):
                 j -= 1
             if i <= j:
                 order[i], order[j] = order[j], order[i]
@@ -193,6 +225,41 @@ def _select(order, hi, k, pos, dep):
             lo = i
         else:
             return
+
+
+@kernel
+def _select(order, hi, k, pos, dep):
+    """Rearrange order[:hi] so that order[:k] holds its k first nodes by :func:`_before`.
+
+    A quickselect on plain float positions finds the k-th smallest value v first; the nodes
+    below v - 8 TIE_REL |v| are then certainly among the k first (every node tied with v's
+    lies within 2 TIE_REL |v| of it), the nodes above v + 8 TIE_REL |v| certainly not, and
+    only the few in between are ordered by :func:`_before` (a strict weak order wherever
+    ties do not chain: the same k first nodes as a quickselect by :func:`_before` alone).
+    """
+    if k >= hi or k <= 0:
+        return
+    _select_range(order, 0, hi, k, pos, dep, True)
+    v = pos[order[0]]                   # the k-th smallest value
+    for i in range(1, k):
+        if pos[order[i]] > v:
+            v = pos[order[i]]
+    m = 8.0 * TIE_REL * abs(v)
+    lo_v = v - m
+    hi_v = v + m
+    # order[:k]: move the certain ones (pos < lo_v) to the front, zone nodes after them
+    c = 0
+    for i in range(k):
+        if pos[order[i]] < lo_v:
+            order[c], order[i] = order[i], order[c]
+            c += 1
+    z = k
+    for i in range(k, hi):
+        if pos[order[i]] <= hi_v:
+            order[z], order[i] = order[i], order[z]
+            z += 1
+    if z > k:
+        _select_range(order, c, z, k, pos, dep, False)
 
 
 @kernel
@@ -280,11 +347,19 @@ def _aim(n, p_max, t):
     return t
 
 
+@kernel
+def first_levels(head_cap):
+    """Levels a pass starts with: 256, fewer (at least 8) when a level's head row is so wide
+    (a transformer's KV cache) that 256 of them would exceed LEVEL_CELLS entries."""
+    return max(8, min(256, LEVEL_CELLS // max(head_cap, 1)))
+
+
 @njit_cached
 def new_workspace(p_max, head_cap):
-    """Buffers of one worker: node arrays (6 P_max + 64) and 256 levels (both grow on demand)."""
+    """Buffers of one worker: node arrays (6 P_max + 64) and :func:`first_levels` levels
+    (both grow on demand)."""
     cap = 6 * p_max + 64
-    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(256, head_cap)
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
     return pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head
 
@@ -305,6 +380,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = ws
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
+    closed = closed_form(kinds, cprog)
     cap = pos.shape[0]
     visited = 0
     t_lo = -np.inf
@@ -312,12 +388,13 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     while True:
         li[0, CTX_I] = root_ci
         lf[0, CTX_F] = root_cf
-        n = _collect(kinds, cw, fpar, ipar, data, cprog, rkey, root_mode, t, cap, cut, pos, dep,
-                     onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+        n = _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap, cut, pos,
+                     dep, onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
         if n == _TOO_DEEP:
             root_row = head[0]          # a preset root may keep its state in its head row
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
-            head[0, :] = root_row
+            for j in range(root_row.shape[0]):      # (a slice assignment would compile numba's
+                head[0, j] = root_row[j]            # shape-mismatch message: 25 s of string code)
             continue
         visited += cap if n == _ABORT else n
         core = n if n < p_max else _within(pos, n, t)
@@ -412,6 +489,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     n_roots = rkeys.shape[0]
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth
+    closed = closed_form(kinds, cprog)
     cap = pos.shape[0]
     visited = 0
     t_lo = -np.inf
@@ -423,7 +501,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             starts[r] = n
             li[0, CTX_I] = 0
             lf[0, CTX_F] = 0.0
-            k = _collect(kinds, cw, fpar, ipar, data, cprog, rkeys[r], ROOT_DRAW, t, cap - n, cut,
+            k = _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkeys[r], ROOT_DRAW, t, cap - n, cut,
                          pos[n:], dep[n:], onpath[n:], keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
             if k < 0:
                 status = k

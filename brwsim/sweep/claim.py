@@ -105,28 +105,57 @@ def claim(out: Path, cfg: SweepConfig, state: FolderState) -> None:
             raise UserError(f"{meta}: not a brwsim sweep state; use another --out folder or "
                             f"delete {out}")
         if stored.get("config_hash") != cfg.hash:
-            diff = _first_difference(stored.get("config"), cfg.normalized, "sweep")
+            old_written = stored.get("written")
+            diff = _first_difference(stored.get("config"), cfg.normalized, "sweep",
+                                     old_written if isinstance(old_written, list) else None,
+                                     sorted(cfg.written))
             raise UserError(f"{out} holds a sweep of a different configuration ({diff}); "
                             f"use another --out folder, or delete {out} to start over")
         return
     if (out / "shards").exists() or (out / RESULTS).exists():
         raise UserError(f"{out} holds sweep output but no config.json; use another --out folder")
     write_text_atomic(meta, json.dumps({"format": _STATE_FORMAT, "config_hash": cfg.hash,
-                                         "config": cfg.normalized}, indent=1, sort_keys=True))
+                                         "config": cfg.normalized, "written": sorted(cfg.written)},
+                                        indent=1, sort_keys=True))
     state.created_config = True
 
 
-def _first_difference(old: Any, new: Any, path: str) -> str:
-    """``"<path>: <old> -> <new>"`` at the first place two JSON values differ."""
+def _first_difference(old: Any, new: Any, path: str, old_written: Any = None,
+                      new_written: Any = None) -> str:
+    """``"<path>: <old> -> <new>"`` at the first place two JSON values differ.
+
+    At the top level the keys a configuration wrote itself come first, and a value the
+    TOML did not set is marked ``(default)`` (``old_written`` / ``new_written``: the keys
+    each side wrote; None when unknown, as in a state folder of an older version).
+    """
     if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            if old.get(key) != new.get(key):
-                return _first_difference(old.get(key), new.get(key), f"{path}.{key}")
-    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        differ = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        if not differ:
+            return f"{path}: (no difference)"
+        if new_written is not None or old_written is not None:
+            wrote = set(new_written or ()) | set(old_written or ())
+            differ.sort(key=lambda k: k not in wrote)       # stable: written keys first
+            key = differ[0]
+            a, b = old.get(key), new.get(key)
+            if not (key in old and key in new and isinstance(a, (dict, list))
+                    and isinstance(b, type(a))):
+                return (f"{path}.{key}: {_marked(old, key, old_written)} -> "
+                        f"{_marked(new, key, new_written)}")
+        return _first_difference(old.get(differ[0]), new.get(differ[0]), f"{path}.{differ[0]}")
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         for i, (a, b) in enumerate(zip(old, new)):
             if a != b:
                 return _first_difference(a, b, f"{path}[{i}]")
     return f"{path}: {_json_short(old)} -> {_json_short(new)}"
+
+
+def _marked(values: dict, key: str, written: Any) -> str:
+    """One side's value of a top-level key, ``(not set)`` when absent, ``(default)`` when
+    the configuration did not write it."""
+    if key not in values:
+        return "(not set)"
+    text = _json_short(values[key])
+    return text + " (default)" if written is not None and key not in written else text
 
 
 def _json_short(value: Any) -> str:

@@ -56,7 +56,7 @@ import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ from brwsim.cost import make_cost
 from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
+from brwsim.io import file_sha256
 from brwsim.policies import POLICIES, Optimal
 from brwsim.theory.predict import check_family
 from brwsim.validate import check_input_file, check_int, echo
@@ -193,6 +194,13 @@ class SweepConfig:
         The configuration as JSON-serialisable data (stored in the outputs).
     hash : str
         SHA-256 (hex) of the canonical JSON of ``normalized``.
+    cost : SweepCost or None
+        The ``[sweep.cost]`` table, parsed.
+    written : frozenset of str
+        The ``[sweep]`` keys the configuration itself sets (the rest of ``normalized`` are
+        defaults); not part of the hash.
+    source_sha256 : dict of str to str
+        SHA-256 of the TOML file by path (empty for a mapping).
     """
 
     seed: int
@@ -205,6 +213,16 @@ class SweepConfig:
     normalized: dict[str, Any]
     hash: str
     cost: Any = None
+    written: frozenset = frozenset()
+    source_sha256: Any = None
+
+    def input_sha256(self) -> dict[str, str]:
+        """SHA-256 of every file the sweep reads, by path: the TOML file and the files of
+        every point's family (banks, corpora, weights)."""
+        out = dict(self.source_sha256 or {})
+        for p in self.points():
+            out.update(p.family.input_files())
+        return out
 
     @property
     def n_points(self) -> int:
@@ -285,9 +303,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | SweepConfig
     except RecursionError:
         raise UserError(f"{path}: invalid TOML: nested too deeply") from None
     try:
-        return _from_mapping(data)
+        cfg = _from_mapping(data)
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
+    return replace(cfg, source_sha256={str(path): file_sha256(path)})
 
 
 def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
@@ -339,7 +358,7 @@ def _from_mapping(data: Mapping[str, Any]) -> SweepConfig:
     digest = hashlib.sha256(json.dumps(normalized, sort_keys=True).encode()).hexdigest()
     return SweepConfig(seed, iterations, chunk, budgets, method,
                        title or f"brwsim sweep over {sum(b.n_points for b in blocks)} points",
-                       blocks, normalized, digest, cost)
+                       blocks, normalized, digest, cost, frozenset(sweep))
 
 
 def _batch(value: Any) -> int | list[int]:

@@ -184,7 +184,8 @@ def _dask_client(scheduler: Any, jobs: int | None) -> Iterator[Any]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise UserError("backend 'dask' needs dask.distributed: pip install 'brwsim[dask]'") from None
+        raise UserError("backend 'dask' needs dask.distributed: pip install 'dask[distributed]' "
+                        "(or pip install -e '.[dask]' in the brwsim checkout)") from None
     if scheduler is not None and not isinstance(scheduler, str):
         yield scheduler
         return

@@ -70,6 +70,9 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
                              chunk=cfg.chunk, prediction_method=cfg.prediction)
                 if cfg.cost is not None:
                     attrs["cost"] = cfg.cost.describe()
+                    attrs["cost_family"] = ("each point's speedup assumes that point's family "
+                                            "(family_string), not a measured workload")
+                attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
                     _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
@@ -89,6 +92,7 @@ class _BlockWriter:
         self.visited = {p: sum(infos[(p, c)].visited for c, _, _ in cfg.chunks()) for p in points}
         self.vars: dict[str, Any] = {}
         self.notes: list[str] = []
+        self.reasons: dict[str, list[str]] = {}
 
     def write(self) -> None:
         """Define the group and fill it."""
@@ -99,6 +103,9 @@ class _BlockWriter:
             self._point(local)
         if self.notes:
             self.grp.setncattr("notes", "\n".join(self.notes))
+        for name, lines in self.reasons.items():
+            if name in self.vars:
+                self.vars[name].setncattr("reason", "\n".join(lines))
 
     def _attributes(self) -> None:
         b = self.block
@@ -180,6 +187,10 @@ class _BlockWriter:
         ds = self._shard(point, THEORY_CHUNK)
         for name in (*THEORY_VARS, "paper_bound"):
             put(name, ds[name].values)
+        for name in ("paper_bound", *THEORY_BUDGET_VARS):
+            if name in ds and ds[name].attrs.get("reason"):
+                self.reasons.setdefault(name, []).append(
+                    f"point {point}: NaN: {ds[name].attrs['reason']}")
         put("moments_exact", int(ds.attrs["moments_exact"]))
         for name in THEORY_BUDGET_VARS:
             if name in self.vars:

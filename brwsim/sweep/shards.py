@@ -34,7 +34,7 @@ from brwsim.families.base import Family, Spec
 from brwsim.io import write_netcdf_atomic
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, parse_policy, run_policy
-from brwsim.theory import paper_bound, prediction, prediction_with_se, upper_bound
+from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
            "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
@@ -253,15 +253,24 @@ def _theory_dataset(task: TheoryTask) -> xr.Dataset:
     mom = task.family.moments()
     data: dict[str, Any] = {name: ((), getattr(mom, name)) for name in THEORY_VARS}
     note = ""
-    try:
-        bound = paper_bound(mom.mu, mom.mu2, task.budgets)
-    except ValueError as exc:         # UserError: e.g. mu == 0
-        bound, note = np.full(task.budgets.size, np.nan), f"paper bound: {exc}"
-    data["paper_bound"] = ("budget", np.asarray(bound, dtype=np.float64))
+    why = paper_bound_reason(task.family)
+    if why is not None:
+        bound = np.full(task.budgets.size, np.nan)
+    else:
+        try:
+            bound = paper_bound(mom.mu, mom.mu2, task.budgets)
+        except ValueError as exc:         # UserError: e.g. mu == 0
+            bound, why = np.full(task.budgets.size, np.nan), str(exc)
+    if why is not None:
+        note = f"paper bound: {why}"
+    data["paper_bound"] = ("budget", np.asarray(bound, dtype=np.float64),
+                           {"reason": why} if why else {})
     if task.method != "none":
-        pred, why = _prediction(task.family, task.budgets, task.method)
+        pred, reasons = _prediction(task.family, task.budgets, task.method)
         for name, values in pred.items():
-            data[name] = ("budget", values)
+            data[name] = ("budget", values, {"reason": reasons[name]} if name in reasons else {})
+        why = "; ".join(f"{name.replace('_', ' ')}: {reasons[name]}"
+                        for name in ("prediction", "upper_bound") if name in reasons)
         note = "; ".join(x for x in (note, why) if x)
     ds = xr.Dataset(data, {"budget": task.budgets},
                     _shard_attrs(task, moments_exact=int(mom.exact), prediction_method=task.method,
@@ -270,31 +279,15 @@ def _theory_dataset(task: TheoryTask) -> xr.Dataset:
 
 
 def _prediction(family: Family, budgets: np.ndarray, method: str
-                ) -> tuple[dict[str, np.ndarray], str]:
-    """The renewal prediction with its SE and the proven upper bound (NaN and the reason
-    where unavailable for this family). ``method`` is the prediction's; SE are 0 for exact
-    spine laws and for the asymptotic."""
+                ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The renewal prediction with its SE and the proven upper bound (NaN where unavailable
+    for this family) and the reason of every NaN one. ``method`` is the prediction's; SE
+    are 0 for exact spine laws and for the asymptotic. A context-dependent family gets its
+    own bound or NaN, never its i.i.d. marginal's (:func:`brwsim.theory.theory_curves`)."""
 
-    nan = np.full(budgets.size, np.nan)
-    out: dict[str, np.ndarray] = {}
-    why = []
-    try:
-        if method == "numerical":
-            res = prediction_with_se(family, budgets)
-            out["prediction"], out["prediction_se"] = res.value, res.se
-        else:
-            out["prediction"] = np.asarray(prediction(family, budgets, method), np.float64)
-            out["prediction_se"] = np.zeros(budgets.size)
-    except (ValueError, NotImplementedError) as exc:   # UserError is a ValueError
-        out["prediction"], out["prediction_se"] = nan, nan
-        why.append(f"prediction: {exc}")
-    try:
-        res = upper_bound(family, budgets)
-        out["upper_bound"], out["upper_bound_se"] = res.value, res.se
-    except (ValueError, NotImplementedError) as exc:
-        out["upper_bound"], out["upper_bound_se"] = nan, nan
-        why.append(f"upper bound: {exc}")
-    return {k: np.asarray(v, np.float64) for k, v in out.items()}, "; ".join(why)
+    curves = theory_curves(family, budgets, method)
+    out = {k: np.asarray(curves.values[k], np.float64) for k in THEORY_BUDGET_VARS}
+    return out, {k: v for k, v in curves.reasons.items() if k in out}
 
 
 def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.theory.contextual import NoTheory, context_values
 from brwsim.theory.convolution import fft_convolve
 from brwsim.theory.laws import (
     SpineLaw,
@@ -46,7 +47,43 @@ from brwsim.theory.renewal import (
 from brwsim.validate import echo
 
 __all__ = ["Prediction", "paper_bound", "prediction", "prediction_with_se", "upper_bound",
-           "exact_small_budget", "check_family", "spine_steps"]
+           "exact_small_budget", "check_family", "spine_steps", "context_spine", "is_iid",
+           "NoTheory", "TheoryCurves", "theory_curves", "paper_bound_reason", "CURVES"]
+
+
+def is_iid(family) -> bool:
+    """True when nodes draw their distributions independently (a law counts as i.i.d.).
+
+    False for the context-dependent families (``Family.iid`` False) and for anything whose
+    kernels carry a context program (e.g. a tempered context-dependent family).
+    """
+    if isinstance(family, SpineLaw):
+        return True
+    if not getattr(family, "iid", True):
+        return False
+    program = getattr(family, "context_program", None)
+    return not (callable(program) and len(program()) > 1)
+
+
+def context_spine(family):
+    """The spine of a context-dependent family, None for an i.i.d. family or a law.
+
+    Raises
+    ------
+    NoTheory
+        For a context-dependent family without a proven bound (``ngram``, ``charlstm``,
+        a tempered context family, ...): its i.i.d. marginal law proves nothing there.
+    """
+    if is_iid(family):
+        return None
+    hook = getattr(family, "context_spine", None)
+    spine = hook() if callable(hook) else None
+    if spine is None:
+        name = getattr(family, "name", type(family).__name__)
+        raise NoTheory(f"{name} is context-dependent (a node's distribution depends on its "
+                       "path) and the theory has no proven bound for it; its i.i.d. marginal "
+                       "law proves nothing here")
+    return spine
 
 def paper_bound(mu, mu2, P):
     """The paper's upper bound on E[X] with its O(1) term dropped.
@@ -153,7 +190,11 @@ def prediction_with_se(family, budgets, *, h: float | None = None) -> Prediction
 
     See :func:`prediction`; the standard error is 0 for families with an exact spine law.
     """
-    return _evaluate(spine_steps(family), _budgets(budgets), h, "split")
+    P = _budgets(budgets)
+    spine = context_spine(family)
+    if spine is not None:
+        return Prediction(*context_values(spine, P, h, "split"))
+    return _evaluate(spine_steps(family), P, h, "split")
 
 
 def prediction(
@@ -201,6 +242,12 @@ def prediction(
     if method not in ("numerical", "asymptotic"):
         raise UserError(f"method must be 'numerical' or 'asymptotic', got {method!r}")
     P = _budgets(budgets)
+    spine = context_spine(family)
+    if spine is not None:
+        if method == "asymptotic":
+            raise NoTheory("the key renewal asymptotic is for i.i.d. nodes; this family is "
+                           "context-dependent")
+        return context_values(spine, P, h, "split")[0]
     steps = spine_steps(family)
     if method == "numerical":
         return _evaluate(steps, P, h, "split").value
@@ -314,5 +361,98 @@ def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:
     -------
     Prediction
         The bound per budget and its standard error (0 for exact laws).
+
+    Raises
+    ------
+    NoTheory
+        For a context-dependent family without a proven bound (see :func:`context_spine`).
+
+    Notes
+    -----
+    Context-dependent families with a ``context_spine()`` (``markovregime``,
+    ``depthdrift``, ``correlatedentropy``) get the same Lagrangian minimum over their own
+    mean measure (:mod:`brwsim.theory.contextual`); others raise :class:`NoTheory`.
     """
-    return _evaluate(spine_steps(family), _budgets(budgets), h, "floor")
+    P = _budgets(budgets)
+    spine = context_spine(family)
+    if spine is not None:
+        return Prediction(*context_values(spine, P, h, "floor"))
+    return _evaluate(spine_steps(family), P, h, "floor")
+
+
+#: The per-budget theory variables :func:`theory_curves` returns.
+CURVES = ("prediction", "prediction_se", "prediction_asymptotic", "upper_bound",
+          "upper_bound_se")
+
+
+@dataclass(frozen=True)
+class TheoryCurves:
+    """The theory values per budget, NaN where they do not exist, and why.
+
+    Attributes
+    ----------
+    values : dict of str to numpy.ndarray
+        :data:`CURVES`: ``prediction`` (and ``prediction_se``), ``prediction_asymptotic``,
+        ``upper_bound`` (the proven bound) and ``upper_bound_se``.
+    reasons : dict of str to str
+        For every NaN variable, the one-line reason (stored as its ``reason`` attribute).
+    """
+
+    values: dict
+    reasons: dict
+
+
+def theory_curves(family, budgets, method: str = "numerical") -> TheoryCurves:
+    """The renewal prediction, its asymptotic and the proven bound of ``family`` per budget.
+
+    Never raises for a family whose theory does not exist: the values are NaN and the
+    reason is recorded (context-dependent families without a proven bound, lattice laws
+    for the asymptotic, degenerate laws). A context-dependent family never gets a value
+    computed from its i.i.d. marginal law.
+
+    Parameters
+    ----------
+    family : Family or SpineLaw
+    budgets : array_like
+        Budgets P >= 1.
+    method : {"numerical", "asymptotic"}
+        What ``prediction`` holds (the asymptotic has ``prediction_se`` 0).
+
+    Returns
+    -------
+    TheoryCurves
+    """
+    P = _budgets(budgets)
+    nan = np.full(P.shape, np.nan)
+    values, reasons = {}, {}
+
+    def put(name, fn):
+        try:
+            res = fn()
+        except (UserError, NotImplementedError) as exc:
+            values[name] = nan
+            reasons[name] = str(exc)
+            if name + "_se" in CURVES:
+                values[name + "_se"], reasons[name + "_se"] = nan, str(exc)
+            return
+        if isinstance(res, Prediction):
+            values[name], values[name + "_se"] = (np.asarray(res.value, float),
+                                                  np.asarray(res.se, float))
+        else:
+            values[name] = np.asarray(res, float)
+
+    if method == "numerical":
+        put("prediction", lambda: prediction_with_se(family, P))
+    else:
+        put("prediction", lambda: Prediction(prediction(family, P, method), np.zeros(P.shape)))
+    put("prediction_asymptotic", lambda: prediction(family, P, method="asymptotic"))
+    put("upper_bound", lambda: upper_bound(family, P))
+    return TheoryCurves(values, reasons)
+
+
+def paper_bound_reason(family) -> str | None:
+    """Why :func:`paper_bound` does not apply to ``family`` (None when it does)."""
+    if is_iid(family):
+        return None
+    return ("the paper's bound is for i.i.d. nodes; this family is context-dependent and its "
+            "marginal moments prove nothing here")

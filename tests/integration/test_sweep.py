@@ -237,6 +237,33 @@ vocab = 1000
                                       theory.paper_bound(mom.mu, mom.mu2, budgets))
 
 
+def test_context_dependent_points_store_their_own_bound_and_nan_with_reasons(tmp_path):
+    """A markovregime sweep: its own proven bound (brwsim.theory.contextual), never the
+    i.i.d. marginal's; the paper's bound is NaN with the reason per point."""
+    theory = pytest.importorskip("brwsim.theory")
+    cfg = _write(tmp_path, """
+[sweep]
+iterations = 4
+chunk = 4
+budgets = "1..16"
+[[sweep.family]]
+name = "markovregime"
+families = ["geometric(r=0.1)", "dirichlet(alpha=0.3, vocab=50)"]
+weights = [0.6, 0.4]
+persistence = [0.0, 0.9]
+""")
+    rep = sweep(cfg, tmp_path / "ctx")
+    ds = _groups(rep.path)["markovregime"]
+    for p in load_config(cfg).points():
+        point = ds.sel(persistence=p.family.params()["persistence"])
+        budgets = ds["budget"].values
+        np.testing.assert_allclose(point["upper_bound"].values,
+                                   theory.upper_bound(p.family, budgets).value, rtol=1e-12)
+        assert np.isnan(point["paper_bound"].values).all()
+    reason = ds["paper_bound"].attrs["reason"]
+    assert "point 0: NaN" in reason and "i.i.d." in reason
+
+
 def test_cli_sweep_inspect_plot(config, tmp_path, capsys):
     bad = _write(tmp_path, CONFIG.replace("a = [2, 4]", "a = [2, -4]"), "bad.toml")
     assert main(["sweep", str(bad), "--out", str(tmp_path / "bad")]) == 2

@@ -80,6 +80,7 @@ def test_batch_grid_and_cost(tmp_path):
             np.testing.assert_allclose(pt["step_time"].values, ref.step_time.values[ib], rtol=1e-12)
             assert int(pt["best_budget"]) == int(ref.best_budget[ib])
     assert "roofline" in xr.open_dataset(report.path).attrs["cost"]
+    assert "assumes that point's family" in xr.open_dataset(report.path).attrs["cost_family"]
 
 
 @pytest.mark.parametrize("line,match", [

@@ -228,7 +228,7 @@ def table_rows(text: str) -> dict[int, list[float]]:
     out = {}
     for line in text.splitlines():
         cells = line.split()
-        if len(cells) == 5 and cells[0].isdigit():
+        if len(cells) == 6 and cells[0].isdigit():
             out[int(cells[0])] = [float("nan") if c == "n/a" else float(c) for c in cells[1:]]
     return out
 
@@ -285,9 +285,12 @@ def test_bank_stats_predictions_of_a_one_row_bank_match_the_optimal_tree(tmp_pat
     mu, mu2 = h_top(q), m2_top(q)
     rows = table_rows(text)
     assert sorted(rows) == budgets
+    assert f"(E[max q] over the rows): {max(q):.4f}" in text
     for p in budgets:
         x = best_first_expected(q, p)
-        pred, tau, _asy, bound = rows[p]
+        upper, pred, tau, _asy, bound = rows[p]
+        assert upper >= x - 1e-9              # proven for the i.i.d. model of the bank
+        assert upper == pytest.approx(x, rel=0.05)
         assert pred == pytest.approx(x, abs=2e-3)
         assert tau == pytest.approx(x + 1, abs=2e-3)
         assert bound == pytest.approx((mu + mu2) * math.log(p) / mu ** 2, abs=1e-4)

@@ -33,7 +33,7 @@ def _rows():
 
 def test_every_row_has_a_source_a_locator_and_a_temperature():
     rows = _rows()
-    assert len(rows) == 138
+    assert len(rows) == 150
     for r in rows:
         assert r["source"].startswith("https://github.com/") and "commit " in r["source"]
         commit = r["source"].split("commit ")[1].rstrip(")")
@@ -121,3 +121,19 @@ def test_bad_csv_gives_one_line_and_no_output(bc, tmp_path, capsys, edit, needle
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_lucebox_models_match_their_source_sections():
+    """The RTX 5090 sweeps of dflash/RESULTS.md run Qwen3.6-27B (its target and draft lines);
+    the RTX 3090 / 4090 sweeps Qwen3.5-27B."""
+    rows = [r for r in _rows() if r["curve_id"].startswith("lucebox-")]
+    by_curve = {}
+    for r in rows:
+        by_curve.setdefault(r["curve_id"], set()).add((r["model"], r["drafter"]))
+    for cid, models in by_curve.items():
+        assert len(models) == 1
+        (model, drafter), = models
+        version = "Qwen3.6-27B" if "rtx5090" in cid else "Qwen3.5-27B"
+        assert model.startswith(version) and version in drafter, cid
+    q5 = sorted(int(r["P"]) for r in rows if r["curve_id"] == "lucebox-dflash-ddtree-rtx5090-q5kxl")
+    assert q5 == [15, 16, 18, 20, 22, 24, 26, 30, 32, 40, 48, 64]

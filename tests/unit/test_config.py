@@ -185,3 +185,37 @@ def test_file_errors(tmp_path):
         load_config(bad)
     with pytest.raises(UserError, match=r"^sweep: missing \[sweep\] table"):
         load_config({})
+
+
+def _claimed(tmp_path, text: str):
+    from brwsim.sweep.claim import FolderState, claim
+
+    out = tmp_path / "state"
+    out.mkdir(exist_ok=True)
+    claim(out, load_config(tomllib.loads(text)), FolderState())
+    return out
+
+
+NO_CHUNK = BASE.replace("chunk = 100\n", "").replace("iterations = 250", "iterations = 50")
+
+
+def test_a_changed_config_names_the_key_the_user_wrote(tmp_path):
+    """No chunk key: chunk follows iterations (min(default, iterations)), yet the message
+    names iterations, the key that changed in the file."""
+    out = _claimed(tmp_path, NO_CHUNK)
+    with pytest.raises(UserError, match=r"different configuration \(sweep\.iterations: 50 -> 500\)"):
+        _claimed(tmp_path, NO_CHUNK.replace("iterations = 50", "iterations = 500"))
+    assert (out / "config.json").exists()
+
+
+def test_a_difference_in_a_default_says_default():
+    from brwsim.sweep.claim import _first_difference
+
+    old = {"chunk": 50, "iterations": 50, "seed": "0"}
+    new = {"chunk": 500, "iterations": 50, "seed": "0"}
+    assert (_first_difference(old, new, "sweep", ["iterations"], ["iterations"])
+            == "sweep.chunk: 50 (default) -> 500 (default)")
+    assert (_first_difference(old, dict(new, batch=4), "sweep", ["iterations"], ["iterations", "batch"])
+            == "sweep.batch: (not set) -> 4")
+    # an older state folder without the list of written keys: the plain first difference
+    assert _first_difference(old, new, "sweep") == "sweep.chunk: 50 -> 500"

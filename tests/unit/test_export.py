@@ -56,12 +56,15 @@ def test_engine_settings_conventions():
     assert cfg["rejection_sample_method"] == "synthetic"
     assert cfg["synthetic_acceptance_rates"] == [0.9, 0.7, 0.45, 0.2]
     assert float(out["sglang"]["env"]["SGLANG_SIMULATE_ACC_LEN"]) == pytest.approx(al)
-    # TensorRT-LLM counts accepted draft tokens only: AL - 1
-    assert float(out["tensorrt_llm"]["env"]["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"]) \
-        == pytest.approx(al - 1)
+    # TensorRT-LLM counts accepted draft tokens only: AL - 1, written as an integer
+    trt = out["tensorrt_llm"]
+    assert trt["env"]["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"] == "2"      # round(2.25)
+    assert int(trt["env"]["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"]) == 2   # int() parses it
+    assert float(trt["fractional_value"]) == pytest.approx(al - 1)
+    assert trt["integer_acceptance_length"] == 3 and "int()" in trt["rounding"]
     # the same mean as vLLM's own resolution of a synthetic_acceptance_length
     assert 1 + sum(_vllm_length_to_rates(al, 4)) == pytest.approx(al)
-    assert engine_settings(s, engines=["sglang"]).keys() == {"acceptance_length",
+    assert engine_settings(s, engines=["sglang"]).keys() == {"acceptance_length", "checked_against",
                                                             "num_speculative_tokens", "sglang"}
 
 
@@ -100,3 +103,41 @@ def test_cli_writes_json_and_rejects_bad_input(tmp_path, capsys):
                  str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown policy" in err and not bad.exists()
+
+
+def test_integers_where_engines_parse_integers_and_halves_round_up():
+    """Every value a consumer parses with int() is an integer string; 1.5 -> 2, 2.49 -> 2."""
+    for rates, want in (([1.0, 0.5], "2"), ([1.0, 0.49], "1"), ([0.5, 0.0], "1"), ([0.2], "0")):
+        env = engine_settings(schedule_from_rates(rates))["tensorrt_llm"]["env"]
+        assert env["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"] == want, rates
+    out = engine_settings(schedule_from_rates([0.9, 0.7, 0.45, 0.2]))
+    for key, value in out["sglang"]["server_args"].items():
+        assert isinstance(value, int) and not isinstance(value, bool), key
+    assert set(out["checked_against"]) == set(ENGINES)
+    assert all(out["checked_against"][e] for e in ENGINES)
+
+
+def test_sglang_token_mode_and_the_steps_that_hold_the_schedule():
+    out = engine_settings(schedule_from_rates([0.9, 0.7, 0.45, 0.2]))["sglang"]
+    assert out["env"]["SGLANG_SIMULATE_ACC_TOKEN_MODE"] == "real-draft-token"
+    assert out["env"]["SGLANG_SIMULATE_ACC_METHOD"] == "match-expected"
+    args = out["server_args"]
+    # the simulated length is clamped to num_steps + 1; real-draft-token needs topk 1
+    assert args["--speculative-num-steps"] + 1 >= float(out["env"]["SGLANG_SIMULATE_ACC_LEN"])
+    assert args["--speculative-num-steps"] == 4 and args["--speculative-eagle-topk"] == 1
+    assert args["--speculative-num-draft-tokens"] == 5
+
+
+def test_vllm_speculative_config_is_complete_and_pasteable():
+    s = schedule_from_rates([0.9, 0.7, 0.45, 0.2])
+    out = engine_settings(s)["vllm"]
+    cfg = out["speculative_config"]
+    assert cfg["method"] == "ngram" and cfg["num_speculative_tokens"] == 4
+    assert cfg["rejection_sample_method"] == "synthetic"
+    assert len(cfg["synthetic_acceptance_rates"]) == cfg["num_speculative_tokens"]
+    flag, text = out["serve_args"]
+    assert flag == "--speculative-config" and json.loads(text) == cfg
+    own = engine_settings(s, vllm_drafter={"method": "eagle3", "model": "my/eagle3"})["vllm"]
+    assert own["speculative_config"]["model"] == "my/eagle3"
+    with pytest.raises(UserError, match="method"):
+        engine_settings(s, vllm_drafter={"model": "x"})

@@ -642,7 +642,7 @@ def test_capture_without_torch_or_transformers_exits_with_one_message(tmp_path, 
     err = capsys.readouterr().err
     assert status == 2
     assert err.startswith("capture_hf: error: this script needs the optional dependencies")
-    assert "pip install 'brwsim[hf]'" in err and err.count("\n") == 1
+    assert "pip install -e '.[hf]' in the brwsim checkout" in err and err.count("\n") == 1
     assert not (tmp_path / "bank.nc").exists()
 
 

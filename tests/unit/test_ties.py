@@ -125,3 +125,32 @@ def test_heapq_reference_and_kernel_build_the_exact_tree(fam, probs, p):
                                  lambda q, it=it: path_uniform(seed, it, q))
             assert abs(e[0] - float(law.sum())) < 1e-12
             assert (a[0], d[0]) == (x, law.size), it
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_selection_takes_the_first_k_by_the_tie_order(seed):
+    """_select_by (plain-float quickselect, full order near the cut) keeps, for every budget,
+    the first k nodes of a sort by _before's rule: positions on a lattice, a few ulps apart
+    within a tie, ties decided by depth, then index."""
+    from functools import cmp_to_key
+
+    from brwsim.kernels.tree import TIE_REL, _select_by
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    lattice = rng.integers(1, 40, n) * 0.37
+    pos = lattice * (1.0 + rng.integers(-3, 4, n) * 2.0 ** -52)
+    dep = rng.integers(1, 6, n).astype(np.int32)
+    budgets = np.array([1, 17, 400, 401, 1500, 2999], np.int64)
+
+    def cmp(i, j):
+        a, b = pos[i], pos[j]
+        if a != b and abs(a - b) > TIE_REL * max(abs(a), abs(b)):
+            return -1 if a < b else 1
+        return (dep[i], i) < (dep[j], j) and -1 or ((dep[i], i) > (dep[j], j) and 1 or 0)
+
+    ranked = sorted(range(n), key=cmp_to_key(cmp))
+    order = np.empty(n, np.int32)
+    _select_by(n, pos, dep, order, budgets)
+    for k in budgets[::-1]:
+        assert set(order[:k].tolist()) == set(ranked[:k])

@@ -1,0 +1,259 @@
+"""Transformer: a Hugging Face GPT-2 or Llama-architecture checkpoint as an environment.
+
+The checkpoint folder (``config.json``, ``model.safetensors`` and, unless the model is
+byte-level, ``tokenizer.json``) is read with ``safetensors`` (:mod:`brwsim.families.checkpoint`)
+and evaluated by brwsim's own numba forward pass with a per-node KV cache
+(:mod:`brwsim.kernels.transformer`); torch is never needed. A node's distribution is a
+pure function of (seed, path): the root's window of tokens (drawn from a corpus or a
+given prompt), then the tokens of the path's ranks.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import os
+from typing import Any
+
+import numpy as np
+
+from brwsim.keys import node_key
+from brwsim.errors import UserError
+from brwsim.families.base import Component, Family, check_int, check_positive
+from brwsim.families.checkpoint import load_checkpoint
+from brwsim.families.ngram import load_corpus
+from brwsim.families.rootsampled import RootSampled
+from brwsim.kernels import dist as K
+from brwsim.kernels.rng import REGIME, purpose_key, unit
+from brwsim.kernels.transformer import head_width, transformer_logits
+
+__all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "shipped_checkpoint"]
+
+#: The byte-level GPT-2 pair trained here and shipped as package data
+#: (``brwsim/data/transformers``, trained by ``experiments/train_transformers.py``).
+SHIPPED = ("target", "draft")
+
+
+def shipped_checkpoint(path: str) -> str:
+    """The folder of ``path``: a shipped checkpoint's name (``"target"``, ``"draft"``) when
+    no folder of that name exists here, else ``path`` itself."""
+    if path in SHIPPED and not os.path.isdir(path):
+        res = importlib.resources.files("brwsim").joinpath("data", "transformers", path)
+        with importlib.resources.as_file(res) as folder:
+            return os.fspath(folder)
+    return path
+
+#: A checkpoint without ``tokenizer.json`` is byte-level if its vocabulary is 256 bytes
+#: plus at most this many special tokens (ids 0..255 are the bytes).
+BYTE_SPECIALS = 16
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as exc:            # tokenizers raises a bare Exception on bad files
+        raise UserError(f"{path}: not a readable tokenizer.json ({str(exc).splitlines()[0]})") from None
+
+
+class Transformer(RootSampled, Family):
+    """A decoder-only transformer checkpoint (GPT-2, Llama, Qwen2, Mistral, SmolLM).
+
+    Parameters
+    ----------
+    path : str or path-like
+        A Hugging Face checkpoint folder: ``config.json`` (``model_type`` ``gpt2``,
+        ``llama``, ``qwen2`` or ``mistral``) and ``model.safetensors``; ``tokenizer.json``
+        unless the vocabulary is 256 bytes plus at most 16 special tokens (then the text's
+        UTF-8 bytes are the tokens). ``"target"`` and ``"draft"`` name the byte-level GPT-2
+        pair shipped with brwsim (:data:`SHIPPED`; ``brwsim/data/transformers``, whose README
+        states how it was trained and its held-out bits per byte).
+    prompts : str or path-like, default ``"prose"``
+        Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
+        drawn position of this text, tokenised as one stream (a shipped corpus name,
+        ``"prose"`` or ``"code"``, a path to a UTF-8 file or the text, as
+        :class:`~brwsim.families.NGram`'s corpus).
+    prompt : str, optional
+        Every root is this text's last ``window`` tokens (all of it if shorter).
+    temperature : float, default 1.0
+        T > 0: every node's distribution is softmax(logits / T).
+    window : int, default 32
+        Tokens of a root's context.
+    carry : int, default 32
+        Tokens a node's context may carry beyond the window: below a drawn root, the node
+        at depth D reads the last window + (D mod (carry + 1)) tokens (its own included):
+        each node appends one token to its parent's KV cache, every (carry + 1)-th level
+        is rerun over its last ``window`` tokens. window + carry must fit the model's
+        positions; memory per tree level is about 2 L kvd (window + carry) float64.
+
+    Attributes
+    ----------
+    vocab_size : int
+        V, the checkpoint's vocabulary (every token is a rank; ranks by probability
+        descending, ties by ascending token id).
+    model_type, n_params : str, int
+        From the checkpoint.
+
+    Notes
+    -----
+    Weights are float32 from the file, widened exactly to float64; all arithmetic is
+    float64 (agreeing with a float64 numpy recomputation to about 1e-12 relative,
+    ``tests/unit/test_transformer.py``; with ``transformers``' float32 forward pass to
+    float32 rounding). Generation runs and path walks continue the depth count, so a
+    node's distribution stays a function of (seed, path). ``moments()`` and the spine law
+    are Monte Carlo over drawn roots.
+    """
+
+    name = "transformer"
+    example = None
+    iid = False
+    _ROOT_SPAWN = 0x5452464D
+    _root_count = 200
+
+    def __init__(self, path: Any, prompts: Any = "prose", prompt: str | None = None,
+                 temperature: float = 1.0, window: int = 32, carry: int = 32) -> None:
+        self.temperature = check_positive("temperature", temperature)
+        self.window = check_int("window", window, 1, 4096)
+        self.carry = check_int("carry", carry, 0, 4096)
+        if not isinstance(path, (str, os.PathLike)):
+            raise UserError(f"path must be a checkpoint folder, got {path!r}")
+        self.path = os.fspath(path)
+        ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
+        self._block = ck.block
+        self.vocab_size = ck.vocab_size
+        self.model_type = ck.model_type
+        self.n_params = ck.n_params
+        self._slots = self.window + self.carry
+        if self._slots > ck.max_positions:
+            raise UserError(f"window + carry = {self._slots} exceeds the model's "
+                            f"{ck.max_positions} positions")
+        if ck.sliding_window and self._slots > ck.sliding_window:
+            raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
+                            f"window of {ck.sliding_window} tokens (not supported)")
+        tok = os.path.join(shipped_checkpoint(self.path), "tokenizer.json")
+        self._tokenizer = tok if os.path.isfile(tok) else None
+        if self._tokenizer is None and not 256 <= self.vocab_size <= 256 + BYTE_SPECIALS:
+            raise UserError(f"checkpoint {self.path!r} has no tokenizer.json and its "
+                            f"vocabulary ({self.vocab_size}) is not byte-level")
+        self.prompt = prompt
+        self.prompts = os.fspath(prompts) if isinstance(prompts, os.PathLike) else prompts
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise UserError(f"prompt must be a string, got {prompt!r}")
+            toks = self.encode(prompt)
+            if toks.size == 0:
+                raise UserError("the prompt has no tokens")
+            toks = toks[-self.window:]
+            self._root_w = int(toks.size)
+        else:
+            toks = self.encode(load_corpus(prompts))
+            if toks.size < self.window:
+                raise UserError(f"the prompts have {toks.size} tokens; a root window needs "
+                                f"{self.window}")
+            self._root_w = self.window
+        self._roots = toks
+        self._roots.setflags(write=False)
+        self._cprog: np.ndarray | None = None
+        self._head_cap = int(head_width(self._block, 0, self._slots))
+
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path}
+        if self.prompt is not None:
+            out["prompt"] = self.prompt
+        else:
+            out["prompts"] = self.prompts
+        out.update(temperature=self.temperature, window=self.window, carry=self.carry)
+        return out
+
+    # -- text <-> tokens ---------------------------------------------------------------
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` (the checkpoint's tokenizer, or its UTF-8 bytes)."""
+        if self._tokenizer is None:
+            return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int64)
+        ids = _tokenizer(self._tokenizer).encode(text, add_special_tokens=False).ids
+        toks = np.asarray(ids, dtype=np.int64)
+        if toks.size and (toks.min() < 0 or toks.max() >= self.vocab_size):
+            raise UserError(f"tokenizer.json gives ids outside the model's vocabulary "
+                            f"0..{self.vocab_size - 1}")
+        return toks
+
+    def decode(self, tokens: Any) -> str:
+        """Text of ``tokens`` (bytes decoded with replacement for a byte-level model)."""
+        toks = [int(t) for t in np.asarray(tokens).ravel()]
+        if self._tokenizer is None:
+            return bytes(t for t in toks if t < 256).decode("utf-8", errors="replace")
+        return _tokenizer(self._tokenizer).decode(toks)
+
+    def logits(self, tokens: Any) -> np.ndarray:
+        """The model's logits after ``tokens`` (positions 0.., no cache reuse)."""
+        t = np.asarray(tokens, dtype=np.int64)
+        if t.ndim != 1 or t.size == 0 or t.min() < 0 or t.max() >= self.vocab_size:
+            raise UserError(f"tokens must be a non-empty sequence in 0..{self.vocab_size - 1}")
+        out = np.empty(self.vocab_size)
+        transformer_logits(self._block, 0, t.astype(np.float64), out)
+        return out
+
+    def probs(self, tokens: Any, beta: float = 1.0) -> np.ndarray:
+        """softmax(beta logits / T) after ``tokens``, by token id."""
+        z = self.logits(tokens) * (float(beta) / self.temperature)
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    def root_tokens(self, seed: int, iteration: int) -> np.ndarray:
+        """The window of the root of ``iteration`` (as the kernel draws it)."""
+        n_roots = self._roots.size - self._root_w + 1
+        rk = np.uint64(purpose_key(np.uint64(node_key(seed, iteration, ())), REGIME))
+        i = min(int(unit(rk, 0) * n_roots), n_roots - 1)
+        return self._roots[i:i + self._root_w].copy()
+
+    def context(self, tokens: Any) -> np.ndarray:
+        """What the network reads at the node whose tokens (root window + path) are given.
+
+        Below the root (w0 tokens), depth D < carry + 1 reads all w0 + D tokens; every
+        (carry + 1)-th level restarts from its last w = min(window, previous w + carry + 1)
+        tokens, and the levels after it append theirs (see the class Notes).
+        """
+        t = np.asarray(tokens, dtype=np.int64)
+        depth = t.size - self._root_w
+        w = self._root_w
+        for _ in range(depth // (self.carry + 1)):
+            w = min(self.window, w + self.carry + 1)
+        if depth < self.carry + 1:
+            return t
+        return t[-(w + depth % (self.carry + 1)):]
+
+    def path_tokens(self, seed: int, iteration: int, path: Any = ()) -> np.ndarray:
+        """Tokens at a node: the root's window, then the tokens of the path's ranks."""
+        seq = list(self.root_tokens(seed, iteration))
+        for r in path:
+            r = int(r)
+            if not 0 <= r < self.vocab_size:
+                raise UserError(f"rank {r} is outside the vocabulary 0..{self.vocab_size - 1}")
+            p = self.probs(self.context(seq))
+            order = np.lexsort((np.arange(p.size), -p))
+            seq.append(int(order[r]))
+        return np.array(seq, dtype=np.int64)
+
+    # -- numba form ----------------------------------------------------------------------
+    def components(self, beta: float = 1.0) -> list[Component]:
+        return [Component(K.TRANSFORMER,
+                          fpar=[float(beta) / self.temperature, float(self.carry),
+                                float(self.window)],
+                          ipar=[self._slots], data=self._block, head_cap=self._head_cap)]
+
+    def context_program(self, beta: float = 1.0) -> np.ndarray:
+        if self._cprog is None:
+            n = self._roots.size
+            w = self._root_w
+            cprog = np.concatenate([[K.CTX_LSTM, self.vocab_size, w, n - w + 1, n],
+                                    self._roots]).astype(np.float64)
+            cprog.setflags(write=False)
+            self._cprog = cprog
+        return self._cprog
+
+    # -- stationary-like marginal ----------------------------------------------------------
+    def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        i = int(rng.integers(self._roots.size - self._root_w + 1))
+        return np.sort(self.probs(self._roots[i:i + self._root_w], beta))[::-1]

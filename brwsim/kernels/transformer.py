@@ -1,0 +1,509 @@
+"""One token's forward pass of a decoder-only transformer over a per-node KV cache.
+
+Two architectures, as Hugging Face ``transformers`` implements them:
+
+* GPT-2 (``GPT2LMHeadModel``): x = wte[t] + wpe[pos]; per layer x += attn(LN1(x)),
+  x += W2 act(W1 LN2(x) + b1) + b2 with LayerNorm (weight, bias, eps), ``gelu_new`` (the
+  tanh approximation; exact-erf ``gelu`` and ``relu`` too); final LN, logits = x wte^T.
+* Llama (``LlamaForCausalLM``, also Qwen2 and Mistral): x = E[t]; per layer
+  x += attn(RMS1(x)), x += Wd (silu(Wg h) * (Wu h)), h = RMS2(x), with RMSNorm
+  (x / sqrt(mean x^2 + eps) times its weight), rotary position embedding (HF's
+  ``rotate_half`` convention, inv_freq_i = theta**(-2i/hd)), grouped-query attention
+  (head h reads key/value head h // (nh / nkv)) and optional q/k/v biases (Qwen2).
+
+Attention is causal softmax(q k^T / sqrt(hd)) v over the node's context. Every weight
+matrix is the checkpoint's float32 values packed two per float64 slot (see
+:func:`brwsim.kernels.lstm._mm`, whose register-blocked product is used here), widened
+exactly to float64; every activation, K/V entry and sum is float64. So logits agree with
+a float64 recomputation from the same float32 weights to about 1e-12 relative.
+
+A node's level row (``head[d]``) holds its whole state, so any caller's row discipline
+works (the tree pass's level stack, a policy's row per node, a walk's two alternating
+rows, a generation run's copied root row):
+
+=========  ==========================================================================
+offset     contents
+=========  ==========================================================================
+0          listed log-probabilities in rank order (V)
+V          their tokens (V)
+M = 2V     m (context tokens), g (tokens carried past the window), r0 and nb (the
+           children in the row's batch), the batch size for the row's children
+TK         the context's tokens, oldest first (S = window + carry slots)
+LG         the node's logits (V)
+KO, VO     keys and values of the context: layer-major, L x S x kvd each
+BA         the batch: up to BATCH children, each 2 L kvd new keys/values, then V logits
+XS ...     scratch of one block of up to BATCH rows
+=========  ==========================================================================
+
+A root (drawn window or preset row) is run over its tokens in chunks of ``BATCH`` (each
+chunk's rows attend causally to the cache and to each other). A child of a parent
+carrying g tokens past the window appends its token (one row over the parent's cache)
+when g + 1 <= carry, else is rerun from scratch over its last ``window`` tokens (so the
+context is the last window + (depth mod (carry + 1)) tokens below a drawn root, as
+``charlstm``). In a tree pass (finite cut-off) the children of a parent that the pass will
+visit, up to ``BATCH`` consecutive ranks, are computed as one block of rows (each row
+attends to the parent's cache and to itself), so each weight is read once per block.
+
+The weight block at offset ``o`` of the spec's ``data`` (offsets relative to ``o``):
+``[0]`` arch (0 GPT-2, 1 Llama), ``[1]`` V, ``[2]`` d, ``[3]`` L, ``[4]`` nh, ``[5]`` nkv,
+``[6]`` hd, ``[7]`` ff, ``[8]`` max positions, ``[9]`` eps, ``[10]`` rope theta, ``[11]``
+activation (0 gelu_new, 1 gelu, 2 relu, 3 silu), ``[12]`` embedding^T (d x V, packed),
+``[13]`` lm head^T (d x V, packed), ``[14]`` positions (npos x d, packed, GPT-2), ``[15]``
+final norm weight, ``[16]`` final norm bias (GPT-2); then 12 entries per layer from
+``HDR``: norm1 w, norm1 b, Wqkv (d x (nh hd + 2 kvd), packed), bqkv, Wo (nh hd x d,
+packed), bo, norm2 w, norm2 b, W1 (d x ff1, packed; Llama: [gate | up], ff1 = 2 ff), b1,
+W2 (ff x d, packed), b2. Vectors are float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from brwsim.kernels import dense_kernel, kernel, njit_cached
+from brwsim.kernels.lstm import _dot, _exp, _mm, _tanh, sort_listed
+
+HDR = 24            # block header entries before the per-layer table
+PER_LAYER = 12      # per-layer offsets
+BATCH = 8           # rows of one block (children of a parent, or a chunk of a root)
+META = 8
+GPT2, LLAMA = 0, 1
+GELU_NEW, GELU, RELU, SILU = 0, 1, 2, 3
+_MARGIN = 1e-9      # relative margin of the cut-off: never drop a rank the caller would use
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+
+
+@kernel
+def _dims(data, o):
+    """(V, d, L, nh, nkv, hd, ff, kvd, qw, qkvw, ff1) of the block at ``o``."""
+    v = int(data[o + 1])
+    d = int(data[o + 2])
+    nl = int(data[o + 3])
+    nh = int(data[o + 4])
+    nkv = int(data[o + 5])
+    hd = int(data[o + 6])
+    ff = int(data[o + 7])
+    kvd = nkv * hd
+    qw = nh * hd
+    ff1 = 2 * ff if int(data[o]) == LLAMA else ff
+    return v, d, nl, nh, nkv, hd, ff, kvd, qw, qw + 2 * kvd, ff1
+
+
+@kernel
+def layout(data, o, slots):
+    """Row offsets (M, TK, LG, KO, VO, BA, bw, XS, HS, QS, AS, FS, SC, EX, width)."""
+    v, d, nl, _nh, _nkv, _hd, _ff, kvd, qw, qkvw, ff1 = _dims(data, o)
+    m = 2 * v
+    tk = m + META
+    lg = tk + slots
+    ko = lg + v
+    vo = ko + nl * slots * kvd
+    ba = vo + nl * slots * kvd
+    bw = 2 * nl * kvd + v
+    xs = ba + BATCH * bw
+    hs = xs + BATCH * d
+    qs = hs + BATCH * d
+    as_ = qs + BATCH * qkvw
+    fs = as_ + BATCH * qw
+    sc = fs + BATCH * ff1
+    ex = sc + slots + 1
+    return m, tk, lg, ko, vo, ba, bw, xs, hs, qs, as_, fs, sc, ex, ex + v
+
+
+@kernel
+def head_width(data, o, slots):
+    """Entries of one level row for a context of at most ``slots`` tokens."""
+    return layout(data, o, slots)[14]
+
+
+@kernel
+def _s32(data, o, at, n):
+    """Slot range [a, b) of the packed float32 matrix of ``n`` entries whose offset is at
+    header entry ``at`` (absolute index)."""
+    a = o + int(data[at])
+    return a, a + (n + 1) // 2
+
+
+@kernel
+def _s64(data, o, at, n):
+    """Range [a, b) of the float64 vector of ``n`` entries whose offset is at entry ``at``."""
+    a = o + int(data[at])
+    return a, a + n
+
+
+@dense_kernel
+def _norm(arch, w, b, eps, x, out, d):
+    """LayerNorm (GPT-2: weight and bias) or RMSNorm (Llama: weight) of ``x`` into ``out``."""
+    if arch == GPT2:
+        mu = 0.0
+        for j in range(d):
+            mu += x[j]
+        mu /= d
+        var = 0.0
+        for j in range(d):
+            var += (x[j] - mu) * (x[j] - mu)
+        inv = 1.0 / math.sqrt(var / d + eps)
+        for j in range(d):
+            out[j] = (x[j] - mu) * inv * w[j] + b[j]
+    else:
+        ms = 0.0
+        for j in range(d):
+            ms += x[j] * x[j]
+        inv = 1.0 / math.sqrt(ms / d + eps)
+        for j in range(d):
+            out[j] = w[j] * (x[j] * inv)
+
+
+@dense_kernel
+def _act(kind, f, n):
+    """The MLP activation in place on ``f[:n]`` (GPT-2 kinds)."""
+    if kind == GELU_NEW:
+        for j in range(n):
+            x = f[j]
+            f[j] = 0.5 * x * (1.0 + _tanh(_SQRT_2_PI * (x + 0.044715 * x * x * x)))
+    elif kind == GELU:
+        for j in range(n):
+            f[j] = 0.5 * f[j] * (1.0 + math.erf(f[j] / math.sqrt(2.0)))
+    elif kind == RELU:
+        for j in range(n):
+            f[j] = max(f[j], 0.0)
+
+
+@dense_kernel
+def _swiglu(f, ff):
+    """f[:ff] = silu(gate) * up for f = [gate | up] (Llama's MLP)."""
+    for j in range(ff):
+        g = f[j]
+        f[j] = g / (1.0 + _exp(-g)) * f[ff + j]
+
+
+@kernel
+def _rope(x, x0, nheads, hd, pos, theta):
+    """Rotary embedding of ``nheads`` heads of ``hd`` at ``x[x0:]`` (HF's rotate_half)."""
+    half = hd // 2
+    for i in range(half):
+        ang = pos * theta ** (-2.0 * i / hd)
+        c = math.cos(ang)
+        s = math.sin(ang)
+        for h in range(nheads):
+            a = x0 + h * hd + i
+            x1 = x[a]
+            x2 = x[a + half]
+            x[a] = x1 * c - x2 * s
+            x[a + half] = x2 * c + x1 * s
+
+
+@kernel
+def _attend(q, q0, nh, nkv, hd, cr, kc, vc, cstride, n_ctx, er, ke, ve, n_extra, sc, out, o0):
+    """Causal attention of one row's heads: context slots then ``n_extra`` own slots.
+
+    Head h of the query ``q[q0 + h hd:]`` reads key/value head h // (nh / nkv): context
+    slot j at ``cr[kc + j cstride + kvh hd:]`` (values at ``vc``), the extra slot at
+    ``er[ke + kvh hd:]`` (values at ``ve``). Output into ``out[o0 + h hd:]``.
+    """
+    scale = 1.0 / math.sqrt(hd)
+    grp = nh // nkv
+    n = n_ctx + n_extra
+    for h in range(nh):
+        kvh = h // grp
+        qh = q[q0 + h * hd:q0 + (h + 1) * hd]
+        mx = -np.inf
+        for j in range(n_ctx):
+            a = kc + j * cstride + kvh * hd
+            s = _dot(qh, cr[a:a + hd], hd) * scale
+            sc[j] = s
+            mx = max(mx, s)
+        for j in range(n_extra):
+            a = ke + kvh * hd
+            s = _dot(qh, er[a:a + hd], hd) * scale
+            sc[n_ctx + j] = s
+            mx = max(mx, s)
+        tot = 0.0
+        for j in range(n):
+            e = math.exp(sc[j] - mx)
+            sc[j] = e
+            tot += e
+        oh = out[o0 + h * hd:o0 + (h + 1) * hd]
+        for i in range(hd):
+            oh[i] = 0.0
+        for j in range(n_ctx):
+            a = vc + j * cstride + kvh * hd
+            w = sc[j] / tot
+            vv = cr[a:a + hd]
+            for i in range(hd):
+                oh[i] += w * vv[i]
+        for j in range(n_extra):
+            a = ve + kvh * hd
+            w = sc[n_ctx + j] / tot
+            vv = er[a:a + hd]
+            for i in range(hd):
+                oh[i] += w * vv[i]
+
+
+@kernel
+def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
+    """Forward ``nb`` tokens ``toks[t0:t0 + nb]`` over the cache of ``cr`` (m slots).
+
+    ``seq`` True: a chunk of consecutive tokens at positions pos0 .., whose keys and values
+    go into ``hr``'s own slots m .. m + nb - 1 (``cr`` is ``hr``); row k attends to slots
+    0 .. m + k. ``seq`` False: siblings, all at position pos0 = m, each attending to the m
+    slots of ``cr`` and to itself; their keys, values and logits go into ``hr``'s batch.
+    Logits: every sibling's; of a chunk only the last row's, into ``hr``'s LG.
+    """
+    arch = int(data[o])
+    v, d, nl, nh, nkv, hd, _ff, kvd, qw, qkvw, ff1 = _dims(data, o)
+    ff = int(data[o + 7])
+    eps = data[o + 9]
+    theta = data[o + 10]
+    act = int(data[o + 11])
+    _m, _tk, lg, ko, vo, ba, bw, xs, hs, qs, as_, fs, sc, _ex, _w = layout(data, o, slots)
+    sa, sb = _s32(data, o, o + 12, d * v)
+    emb = data[sa:sb].view(np.float32)
+    for k in range(nb):                       # embeddings (columns of E^T), positions
+        t = int(toks[t0 + k])
+        x = hr[xs + k * d:xs + (k + 1) * d]
+        for j in range(d):
+            x[j] = np.float64(emb[j * v + t])
+        if arch == GPT2:
+            p = pos0 + k if seq else pos0
+            sa, sb = _s32(data, o, o + 14, int(data[o + 8]) * d)
+            wpe = data[sa:sb].view(np.float32)
+            for j in range(d):
+                x[j] += np.float64(wpe[p * d + j])
+    for layer in range(nl):
+        lt = o + HDR + PER_LAYER * layer
+        sa, sb = _s64(data, o, lt, d)
+        n1w = data[sa:sb]
+        sa, sb = _s64(data, o, lt + 1, d)
+        n1b = data[sa:sb]
+        for k in range(nb):
+            _norm(arch, n1w, n1b, eps, hr[xs + k * d:xs + (k + 1) * d],
+                  hr[hs + k * d:hs + (k + 1) * d], d)
+        sa, sb = _s64(data, o, lt + 3, qkvw)
+        bq = data[sa:sb]
+        for k in range(nb):
+            for j in range(qkvw):
+                hr[qs + k * qkvw + j] = bq[j]
+        sa, sb = _s32(data, o, lt + 2, d * qkvw)
+        _mm(hr, hs, d, nb, d, data[sa:sb].view(np.float32), qkvw, hr, qs, qkvw)
+        for k in range(nb):
+            q0 = qs + k * qkvw
+            p = pos0 + k if seq else pos0
+            if arch == LLAMA:
+                _rope(hr, q0, nh, hd, p, theta)
+                _rope(hr, q0 + qw, nkv, hd, p, theta)
+            if seq:
+                kd = ko + (layer * slots + m + k) * kvd
+                vd = vo + (layer * slots + m + k) * kvd
+            else:
+                kd = ba + k * bw + layer * kvd
+                vd = ba + k * bw + (nl + layer) * kvd
+            for j in range(kvd):
+                hr[kd + j] = hr[q0 + qw + j]
+                hr[vd + j] = hr[q0 + qw + kvd + j]
+        for k in range(nb):
+            if seq:
+                _attend(hr, qs + k * qkvw, nh, nkv, hd, hr, ko + layer * slots * kvd,
+                        vo + layer * slots * kvd, kvd, m + k + 1, hr, 0, 0, 0, hr[sc:],
+                        hr, as_ + k * qw)
+            else:
+                _attend(hr, qs + k * qkvw, nh, nkv, hd, cr, ko + layer * slots * kvd,
+                        vo + layer * slots * kvd, kvd, m, hr, ba + k * bw + layer * kvd,
+                        ba + k * bw + (nl + layer) * kvd, 1, hr[sc:], hr, as_ + k * qw)
+        sa, sb = _s32(data, o, lt + 4, qw * d)
+        _mm(hr, as_, qw, nb, qw, data[sa:sb].view(np.float32), d, hr, xs, d)
+        sa, sb = _s64(data, o, lt + 5, d)
+        bo = data[sa:sb]
+        sa, sb = _s64(data, o, lt + 6, d)
+        n2w = data[sa:sb]
+        sa, sb = _s64(data, o, lt + 7, d)
+        n2b = data[sa:sb]
+        sa, sb = _s64(data, o, lt + 9, ff1)
+        b1 = data[sa:sb]
+        for k in range(nb):
+            x = hr[xs + k * d:xs + (k + 1) * d]
+            for j in range(d):
+                x[j] += bo[j]
+            _norm(arch, n2w, n2b, eps, x, hr[hs + k * d:hs + (k + 1) * d], d)
+            for j in range(ff1):
+                hr[fs + k * ff1 + j] = b1[j]
+        sa, sb = _s32(data, o, lt + 8, d * ff1)
+        _mm(hr, hs, d, nb, d, data[sa:sb].view(np.float32), ff1, hr, fs, ff1)
+        for k in range(nb):
+            f = hr[fs + k * ff1:fs + (k + 1) * ff1]
+            if arch == LLAMA:
+                _swiglu(f, ff)
+            else:
+                _act(act, f, ff)
+        sa, sb = _s32(data, o, lt + 10, ff * d)
+        _mm(hr, fs, ff1, nb, ff, data[sa:sb].view(np.float32), d, hr, xs, d)
+        sa, sb = _s64(data, o, lt + 11, d)
+        b2 = data[sa:sb]
+        for k in range(nb):
+            for j in range(d):
+                hr[xs + k * d + j] += b2[j]
+    sa, sb = _s64(data, o, o + 15, d)
+    nfw = data[sa:sb]
+    sa, sb = _s64(data, o, o + 16, d)
+    nfb = data[sa:sb]
+    first = 0 if not seq else nb - 1
+    for k in range(first, nb):
+        _norm(arch, nfw, nfb, eps, hr[xs + k * d:xs + (k + 1) * d],
+              hr[hs + k * d:hs + (k + 1) * d], d)
+    sa, sb = _s32(data, o, o + 13, d * v)
+    wh = data[sa:sb].view(np.float32)
+    if seq:
+        for j in range(v):
+            hr[lg + j] = 0.0
+        _mm(hr, hs + (nb - 1) * d, d, 1, d, wh, v, hr, lg, v)
+    else:
+        for k in range(nb):
+            for j in range(v):
+                hr[ba + k * bw + 2 * nl * kvd + j] = 0.0
+        _mm(hr, hs, d, nb, d, wh, v, hr, ba + 2 * nl * kvd, bw)
+
+
+@kernel
+def _prefill(data, o, slots, hr, n):
+    """Run the row's first ``n`` context tokens (at ``hr[TK:]``) from an empty cache."""
+    _m, tk, _lg, _ko, _vo, _ba, _bw, _xs, _hs, _qs, _as, _fs, _sc, _ex, _w = layout(data, o, slots)
+    t = 0
+    while t < n:
+        nb = min(BATCH, n - t)
+        _block(data, o, slots, hr, hr, tk + t, nb, t, True, hr, t)
+        t += nb
+
+
+@kernel
+def _fresh(data, o, slots, hr):
+    """Mark the row's child batch as empty (its state just changed)."""
+    m = 2 * int(data[o + 1])
+    hr[m + 2] = 0.0
+    hr[m + 3] = 0.0
+
+
+@kernel
+def _batch(data, o, slots, pr, r0, nb):
+    """Keys, values and logits of the parent's children of ranks r0 .. r0 + nb - 1."""
+    v = int(data[o + 1])
+    m = 2 * v
+    _block(data, o, slots, pr, pr, v + r0, nb, int(pr[m]), False, pr, int(pr[m]))
+    pr[m + 2] = r0
+    pr[m + 3] = nb
+
+
+@kernel
+def _take(data, o, slots, pr, k, cr):
+    """Child k of the parent's batch into row ``cr``: the parent's cache plus its own slot."""
+    v, _d, nl, _nh, _nkv, _hd, _ff, kvd, _qw, _qkvw, _ff1 = _dims(data, o)
+    mm, tk, lg, ko, vo, ba, bw, _xs, _hs, _qs, _as, _fs, _sc, _ex, _w = layout(data, o, slots)
+    n = int(pr[mm])
+    r = int(pr[mm + 2]) + k
+    for layer in range(nl):
+        a = layer * slots * kvd
+        for j in range(n * kvd):
+            cr[ko + a + j] = pr[ko + a + j]
+            cr[vo + a + j] = pr[vo + a + j]
+        for j in range(kvd):
+            cr[ko + a + n * kvd + j] = pr[ba + k * bw + layer * kvd + j]
+            cr[vo + a + n * kvd + j] = pr[ba + k * bw + (nl + layer) * kvd + j]
+    for j in range(n):
+        cr[tk + j] = pr[tk + j]
+    cr[tk + n] = pr[v + r]
+    for j in range(v):
+        cr[lg + j] = pr[ba + k * bw + 2 * nl * kvd + j]
+    cr[mm] = n + 1
+
+
+@kernel
+def _listed(data, o, slots, beta, hr, min_logq):
+    """Tempered log-probabilities above ``min_logq``, sorted, into the row; their number."""
+    v = int(data[o + 1])
+    mm, _tk, lg, _ko, _vo, _ba, _bw, _xs, _hs, _qs, _as, _fs, _sc, ex, _w = layout(data, o, slots)
+    zmax = -np.inf
+    for j in range(v):
+        zmax = max(zmax, hr[lg + j])
+    tot = 0.0
+    for j in range(v):
+        e = math.exp(beta * (hr[lg + j] - zmax))
+        hr[ex + j] = e
+        tot += e
+    lz = math.log(tot)
+    thr = min_logq - _MARGIN * (1.0 + abs(min_logq)) if min_logq > -np.inf else -np.inf
+    hr[mm + 4] = BATCH if min_logq > -np.inf else 1
+    n = 0
+    for j in range(v):
+        lq = beta * (hr[lg + j] - zmax) - lz
+        if lq >= thr:
+            hr[n] = lq
+            hr[v + n] = j
+            n += 1
+    sort_listed(hr, v, n)
+    return n
+
+
+@kernel
+def transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw, rank, n_list,
+                     min_logq, head, start):
+    """Set up the node of level ``d``: its cache and logits, then its listed ranks.
+
+    ``pd >= 0``: the child of rank ``rank`` of the parent at level ``pd`` (``n_list``
+    listed ranks). If the parent carries g tokens past the window and g + 1 <= carry, the
+    child appends its token to the parent's cache (from the parent's batch, computed here
+    if the rank is not in it); otherwise it is rerun over its last ``window`` tokens.
+    ``draw``: a drawn root, the ``cprog[2]`` tokens of the context program from ``start``.
+    Otherwise (a preset root) the row already holds its state. Returns the listed count.
+    """
+    v = int(data[o + 1])
+    mm = 2 * v
+    tk = mm + META
+    hr = head[d]
+    if pd >= 0:
+        pr = head[pd]
+        r = max(min(rank, n_list - 1), 0)
+        g = pr[mm + 1] + 1.0
+        if g > carry:
+            n = int(pr[mm])
+            w = min(int(window), n + 1)
+            for j in range(w - 1):
+                hr[tk + j] = pr[tk + n - (w - 1) + j]
+            hr[tk + w - 1] = pr[v + r]
+            _prefill(data, o, slots, hr, w)
+            hr[mm] = w
+            g = 0.0
+        else:
+            r0 = int(pr[mm + 2])
+            nb = int(pr[mm + 3])
+            if not r0 <= r < r0 + nb:
+                r0 = r
+                _batch(data, o, slots, pr, r, max(min(int(pr[mm + 4]), n_list - r, BATCH), 1))
+            _take(data, o, slots, pr, r - r0, hr)
+        hr[mm + 1] = g
+    elif draw:
+        w = int(cprog[2])
+        for j in range(w):
+            hr[tk + j] = cprog[5 + start + j]
+        _prefill(data, o, slots, hr, w)
+        hr[mm] = w
+        hr[mm + 1] = 0.0
+    _fresh(data, o, slots, hr)
+    return _listed(data, o, slots, beta, hr, min_logq)
+
+
+@njit_cached
+def transformer_logits(data, o, tokens, out):
+    """Logits after ``tokens`` (at most the row's slots), from an empty cache, into ``out``.
+
+    The plain Python-facing form: one row, the tokens run in chunks.
+    """
+    slots = tokens.shape[0]
+    hr = np.zeros(head_width(data, o, slots))
+    v = int(data[o + 1])
+    tk = 2 * v + META
+    for j in range(slots):
+        hr[tk + j] = tokens[j]
+    _prefill(data, o, slots, hr, slots)
+    lg = layout(data, o, slots)[2]
+    for j in range(v):
+        out[j] = hr[lg + j]

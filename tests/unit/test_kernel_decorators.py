@@ -1,0 +1,62 @@
+"""brwsim.kernels' decorators: one specialisation per kernel, and the compile notice."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import numpy as np
+
+from brwsim.kernels import CACHE_DIR, _CompileNotice, kernel
+from brwsim.kernels.dist import CONTEXTUAL_KINDS, LSTM, NGRAM, PLAIN_KINDS, ZIPF, kinds_dtype
+from brwsim.kernels.spec import Component, compile_spec
+
+
+@kernel
+def _plus_one(x):
+    return x + 1
+
+
+@kernel
+def _caller(n):
+    return _plus_one(0) + _plus_one(n) + _plus_one(np.int64(3))
+
+
+def test_a_constant_argument_does_not_add_a_literal_specialisation():
+    assert _caller(5) == 1 + 6 + 4
+    sigs = [tuple(str(a) for a in s) for s in _plus_one.signatures]
+    assert sigs == [("int64",)]          # not also ('Literal[int](0)',)
+
+
+def test_kinds_dtype_selects_the_contextual_code():
+    assert kinds_dtype([ZIPF]) is PLAIN_KINDS and kinds_dtype([ZIPF, NGRAM]) is CONTEXTUAL_KINDS
+    assert kinds_dtype([LSTM]) is CONTEXTUAL_KINDS and PLAIN_KINDS is not CONTEXTUAL_KINDS
+    spec = compile_spec([Component(kind=ZIPF)])
+    assert spec.kinds.dtype == PLAIN_KINDS
+    assert compile_spec([Component(kind=ZIPF), Component(kind=NGRAM)]).kinds.dtype == CONTEXTUAL_KINDS
+
+
+def _event(module: str, name: str):
+    fn = SimpleNamespace(__module__=module, __name__=name)
+    return SimpleNamespace(data={"dispatcher": SimpleNamespace(py_func=fn)})
+
+
+def test_the_compile_notice_says_once_where_and_one_line_per_group():
+    out = io.StringIO()
+    notice = _CompileNotice(out)
+    top, inner, other = (_event("brwsim.kernels.tree", "simulate_chunk"),
+                         _event("brwsim.kernels.dist", "dist_init"),
+                         _event("numba.cpython.unicode", "impl"))
+    for group in range(2):
+        notice.on_start(top)
+        notice.on_start(inner)
+        notice.on_start(other)
+        notice.on_end(other)
+        notice.on_end(inner)
+        notice.on_end(top)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 + 2 * 2                        # the notice once, start/end per group
+    assert "once" in lines[0] and CACHE_DIR in lines[0]
+    assert lines[1] == "brwsim: compiling tree.simulate_chunk ..."
+    assert lines[2].startswith("brwsim: compiled tree.simulate_chunk in ")
+    assert not any("dist_init" in line or "unicode" in line for line in lines)
