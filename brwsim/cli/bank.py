@@ -24,6 +24,7 @@ from brwsim.bankstats import (
     histogram_bins,
     plot_entropy_histogram,
 )
+from brwsim.cli.common import add_command
 from brwsim.lazy import xarray as xr
 from brwsim.textform import format_table, parse_budgets
 from brwsim.validate import check_output_path
@@ -43,21 +44,10 @@ def register(subparsers: Any) -> None:
 
 
 def _register_import(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``import-logprobs`` subcommand to an argparse subparsers object.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        From ``parser.add_subparsers()``.
-
-    Returns
-    -------
-    argparse.ArgumentParser
-        The subcommand's parser (its ``func`` default runs the import).
-    """
-    parser = subparsers.add_parser(
-        "import-logprobs",
-        help="turn next-token log-probabilities (JSON Lines, .npz) into a bank file",
+    """Add ``import-logprobs`` (its parser is returned)."""
+    parser = add_command(
+        subparsers, "import-logprobs", _run_import,
+        "turn next-token log-probabilities (JSON Lines, .npz) into a bank file",
         description="Read OpenAI-compatible responses with logprobs/top_logprobs or "
                     "llama.cpp /completion responses with n_probs (.jsonl, "
                     ".ndjson, .json) or .npz files with a 'logprobs' array of shape "
@@ -71,7 +61,6 @@ def _register_import(subparsers: Any) -> argparse.ArgumentParser:
                         help="keep at most K entries per position")
     parser.add_argument("--vocab", type=int, default=None, metavar="V",
                         help="vocabulary size (makes the upper bounds finite)")
-    parser.set_defaults(func=_run_import)
     return parser
 
 
@@ -192,9 +181,10 @@ def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
 
 
 def _register_stats(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``bank-stats`` subcommand to an argparse subparsers object."""
-    parser = subparsers.add_parser(
-        "bank-stats", help="moments, entropy bounds and histogram, predicted E[X] of a bank",
+    """Add ``bank-stats`` (its parser is returned)."""
+    parser = add_command(
+        subparsers, "bank-stats", _run_stats,
+        "moments, entropy bounds and histogram, predicted E[X] of a bank",
         description="Summarise a bank written by 'brwsim import-logprobs': mu and mu2 of the "
                     "Empirical family over the stored top-k rows, the bounds of the full "
                     "distributions' entropy and second log-moment, an entropy histogram and "
@@ -207,7 +197,6 @@ def _register_stats(subparsers: Any) -> argparse.ArgumentParser:
                         help="vocabulary size: recompute the bounds with it (finite uppers)")
     parser.add_argument("--plot", default=None, metavar="FIG.png",
                         help="also write a histogram of per-position entropy")
-    parser.set_defaults(func=_run_stats)
     return parser
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from brwsim.errors import UserError
-from brwsim.families import FAMILIES
+from brwsim.families import DEFAULT_FAMILY, FAMILIES
+from brwsim.io import write_netcdf_atomic
 from brwsim.textform import parse_budgets
 
 __all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se",
@@ -78,3 +80,28 @@ def reason_lines(ds, names) -> list[str]:
         if name in ds and "reason" in ds[name].attrs:
             out.append(f"{name}: n/a: {ds[name].attrs['reason']}")
     return out
+
+
+def add_command(sub: Any, name: str, func: Any, help: str, description: str | None = None,
+                family: bool = False) -> argparse.ArgumentParser:
+    """Add the subcommand ``name`` (running ``func(args)``) to ``sub``, the parser's subparsers.
+
+    With ``family`` the subcommand lists the families in its epilog and takes ``--family``
+    (default: the LLM-like mixture). Returns the subcommand's parser for its own options.
+    """
+    parser = sub.add_parser(name, help=help, description=description,
+                            epilog=family_epilog() if family else None,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    if family:
+        parser.add_argument("--family", default=DEFAULT_FAMILY,
+                            help="family string, e.g. 'dirichlet(alpha=0.05, vocab=200)' "
+                                 "(default: an LLM-like mixture)")
+    parser.set_defaults(func=func)
+    return parser
+
+
+def write_output(ds: Any, out: str) -> None:
+    """Write ``ds`` to ``out`` atomically and say so (nothing when ``out`` is empty)."""
+    if out:
+        write_netcdf_atomic(ds, out)
+        print(f"wrote {out}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.cli.common import bound_check
+from brwsim.cli.common import add_command, bound_check
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
@@ -417,14 +417,14 @@ def _plot_plan(ax: Any, ds: xr.Dataset) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``inspect`` and ``plot`` subcommands to an argparse subparsers object."""
-    ins = subparsers.add_parser("inspect", help="describe a results.nc (sweep) or run output file",
-                                description="Print provenance, dims, swept parameters, budgets, "
-                                            "iterations and a per-point summary table.")
+    """Add ``inspect`` and ``plot``."""
+    ins = add_command(subparsers, "inspect", _cmd_inspect, "describe any file brwsim wrote",
+                      description="Print provenance, dims, swept parameters, budgets, "
+                                  "iterations and a per-point summary table.")
     ins.add_argument("file", metavar="FILE", help="netCDF file written by brwsim sweep or run")
-    ins.set_defaults(func=_cmd_inspect)
-    plt = subparsers.add_parser("plot", help="plot E[X] (or a plan's speedup) against P for every point of a file",
-                                description="E[X] (mean of E[X|T_P], standard-error bars) against "
+    plt = add_command(subparsers, "plot", _cmd_plot,
+                      "plot E[X] (or a plan's speedup) against P for every point of a file",
+                      description="E[X] (mean of E[X|T_P], standard-error bars) against "
                                             "P on a log2 axis, one labelled line per point (family, "
                                             "policy, batch), with the prediction when present; a "
                                             "plan file's speedup per batch size.")
@@ -434,7 +434,6 @@ def register(subparsers: Any) -> None:
                      help="also draw the paper's bound (dashed; the axes stay scaled to the data)")
     plt.add_argument("--tau", action="store_true",
                      help="plot tokens per call tau = 1 + E[X] (per request for a batch) instead of E[X]")
-    plt.set_defaults(func=_cmd_plot)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

@@ -7,12 +7,17 @@ import shlex
 import sys
 from typing import Any
 
-from brwsim.cli.common import DEFAULT_BUDGETS, parse_batch_sizes
+from brwsim.cli.common import (
+    DEFAULT_BUDGETS,
+    add_command,
+    parse_batch_sizes,
+    write_output,
+)
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
 from brwsim.export import engine_settings, predicted_schedule
 from brwsim.families import DEFAULT_FAMILY, parse_family
-from brwsim.io import atomic_path, write_netcdf_atomic
+from brwsim.io import atomic_path
 from brwsim.plan import plan
 from brwsim.textform import format_table, parse_budgets
 from brwsim.validate import check_output_path
@@ -22,8 +27,8 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``plan`` and ``export-acceptance``."""
-    pl = sub.add_parser("plan", help="the draft budget P* that maximises tokens/s per batch size, "
-                        "under a GPU roofline or a measured cost table")
+    pl = add_command(sub, "plan", _cmd_plan, "the draft budget P* that maximises tokens/s per "
+                     "batch size, under a GPU roofline or a measured cost table")
     pl.add_argument("--family", default=None,
                     help="family string (default: an LLM-like mixture, not your workload: prefer "
                          "--bank or --tau/--at-budget)")
@@ -59,10 +64,8 @@ def register(sub: Any) -> None:
     pl.add_argument("--draft-node-ms", type=float, default=0.0, help="drafter ms per drafted node (default 0)")
     pl.add_argument("--out", default="", help="netCDF output (default: none)")
     pl.add_argument("--quiet", action="store_true", help="no progress bar")
-    pl.set_defaults(func=_cmd_plan)
-    exp = sub.add_parser("export-acceptance", help="a predicted acceptance schedule as vLLM, "
-                         "SGLang and TensorRT-LLM synthetic-acceptance settings (JSON)")
-    exp.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    exp = add_command(sub, "export-acceptance", _cmd_export, "a predicted acceptance schedule as "
+                      "vLLM, SGLang and TensorRT-LLM synthetic-acceptance settings (JSON)", family=True)
     exp.add_argument("--policy", default="chain()", help="drafting policy (default chain(); "
                      "optimal() is the speed-of-light)")
     exp.add_argument("--budget", type=int, required=True, help="draft nodes P (a chain: num_speculative_tokens)")
@@ -71,7 +74,6 @@ def register(sub: Any) -> None:
     exp.add_argument("--positions", type=int, help="schedule length K (default: budget for a chain, "
                      "else the deepest accepted path)")
     exp.add_argument("--out", default="", help="also write the JSON here")
-    exp.set_defaults(func=_cmd_export)
 
 
 def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
@@ -179,9 +181,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               + ", ".join(f"B={int(b)}: {s:.3f}" for b, s in zip(ds["batch"].values, spread)))
     print("tokens/call: per request, 1 + E[X]/B; speedup: tokens/s over plain decoding "
           "(B tokens per call); P* = 0: speculation does not pay")
-    if args.out:
-        write_netcdf_atomic(ds, args.out)
-        print(f"wrote {args.out}")
+    write_output(ds, args.out)
     return 0
 
 

@@ -7,10 +7,16 @@ import shlex
 import sys
 from typing import Any
 
-from brwsim.cli.common import DEFAULT_BUDGETS, bound_check, family_epilog, reason_lines, value_se
+from brwsim.cli.common import (
+    DEFAULT_BUDGETS,
+    add_command,
+    bound_check,
+    reason_lines,
+    value_se,
+    write_output,
+)
 from brwsim.errors import UserError
-from brwsim.families import DEFAULT_FAMILY, parse_family
-from brwsim.io import write_netcdf_atomic
+from brwsim.families import parse_family
 from brwsim.policies import Optimal, parse_policy
 from brwsim.simulate import (
     policy_gap,
@@ -26,10 +32,8 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``run``."""
-    run = sub.add_parser("run", help="optimal draft trees on one family; prints a table, writes netCDF",
-                         epilog=family_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--family", default=DEFAULT_FAMILY,
-                     help="family string, e.g. 'dirichlet(alpha=0.05, vocab=200)' (default: an LLM-like mixture)")
+    run = add_command(sub, "run", _cmd_run,
+                      "optimal draft trees on one family; prints a table, writes netCDF", family=True)
     run.add_argument("--budgets", default=DEFAULT_BUDGETS,
                      help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), '1-8' (default 1..4096)")
     run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")
@@ -41,7 +45,6 @@ def register(sub: Any) -> None:
     run.add_argument("--batch", type=int, default=1,
                      help="requests B sharing each budget: forests of B roots, the equal split alongside (default 1)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.set_defaults(func=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -89,9 +92,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(line)
     if policies:
         print(_policy_table(ds))
-    if args.out:
-        write_netcdf_atomic(ds, args.out)
-        print(f"wrote {args.out}")
+    write_output(ds, args.out)
     return 0
 
 
@@ -117,9 +118,7 @@ def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
                               "shared/split", "SE", "depth"]))
     print("E[X_F|F]: accepted tokens of the whole batch; tokens/request = 1 + mean X_F / B; "
           "split: P/B nodes per request (remainder to the first)")
-    if args.out:
-        write_netcdf_atomic(ds, args.out)
-        print(f"wrote {args.out}")
+    write_output(ds, args.out)
     return 0
 
 

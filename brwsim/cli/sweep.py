@@ -6,6 +6,7 @@ import argparse
 import shlex
 from typing import Any
 
+from brwsim.cli.common import add_command
 from brwsim.sweep import BACKENDS, sweep
 
 __all__ = ["register"]
@@ -13,20 +14,10 @@ __all__ = ["register"]
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``sweep`` subcommand to an argparse subparsers object.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        From ``parser.add_subparsers()``.
-
-    Returns
-    -------
-    argparse.ArgumentParser
-        The subcommand's parser (its ``func`` default is :func:`run_cli`).
-    """
-    parser = subparsers.add_parser(
-        "sweep", help="run a parameter sweep from a TOML file into DIR/results.nc (resumable)",
+    """Add ``sweep`` (its parser is returned)."""
+    parser = add_command(
+        subparsers, "sweep", run_cli,
+        "run a parameter sweep from a TOML file into DIR/results.nc (resumable)",
         description="Run every (point, chunk) task of a TOML sweep configuration, one netCDF "
                     "shard per task in DIR/shards, and merge them into DIR/results.nc. Running "
                     "the same command again finishes only missing tasks.")
@@ -41,7 +32,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--summary-only", action="store_true",
                         help="keep per-point statistics and histograms, not per-iteration arrays")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run_cli)
     return parser
 
 

@@ -6,9 +6,9 @@ import argparse
 import math
 from typing import Any
 
-from brwsim.cli.common import DEFAULT_BUDGETS, family_epilog, value_se
+from brwsim.cli.common import DEFAULT_BUDGETS, add_command, value_se
 from brwsim.errors import UserError
-from brwsim.families import DEFAULT_FAMILY, parse_family
+from brwsim.families import parse_family
 from brwsim.simulate import (
     predictions,
     validate_budgets,
@@ -29,20 +29,17 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``theory`` and ``ceiling``."""
-    theory = sub.add_parser("theory", help="the paper's bound and renewal-theory predictions, no simulation",
-                            epilog=family_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    theory.add_argument("--family", default=DEFAULT_FAMILY, help="family string (default: an LLM-like mixture)")
+    theory = add_command(sub, "theory", _cmd_theory, "the paper's bound, proven bounds and "
+                         "renewal-theory predictions, no simulation", family=True)
     theory.add_argument("--budgets", default=DEFAULT_BUDGETS, help="as for run (default 1..4096)")
-    theory.set_defaults(func=_cmd_theory)
-    ceil = sub.add_parser("ceiling", help="the optimal ceiling at a mean entropy, and the entropy a "
-                          "measured tokens-per-call number implies")
+    ceil = add_command(sub, "ceiling", _cmd_ceiling, "the optimal ceiling at a mean entropy, and "
+                       "the entropy a measured tokens-per-call number implies")
     ceil.add_argument("--budget", type=int, required=True, help="draft budget P (root excluded)")
     ceil.add_argument("--tau", type=float, help="measured tokens per target call (bonus token included)")
     ceil.add_argument("--entropy", type=float, help="mean next-token entropy in nats")
     ceil.add_argument("--shape", choices=["zipf", "zipf-spread", "geometric"],
                       help="distribution shape (default: all three; see brwsim.theory.ceiling)")
     ceil.add_argument("--vocab", type=int, default=32000, help="vocabulary of the Zipf shapes (default 32000)")
-    ceil.set_defaults(func=_cmd_ceiling)
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
