@@ -16,7 +16,8 @@ from brwsim.cli.common import (
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
 from brwsim.export import engine_settings, predicted_schedule
-from brwsim.families import DEFAULT_FAMILY, parse_family
+from brwsim.families import DEFAULT_FAMILY, Empirical, parse_family
+from brwsim.theory.ceiling import entropy_family, implied_entropy
 from brwsim.io import atomic_path
 from brwsim.plan import plan
 from brwsim.textform import format_table, parse_budgets
@@ -88,13 +89,11 @@ def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
         raise UserError("plan: --tau and --at-budget go together (a measured tokens per call "
                         "and the budget it was measured at)")
     if args.bank is not None:
-        from brwsim.families import Empirical
 
         family = Empirical(path=args.bank)
         digest = family.input_files().get(str(args.bank), "?")
         return family, f"your bank {args.bank} (sha256 {digest[:16]})", None
     if args.tau is not None:
-        from brwsim.theory.ceiling import entropy_family, implied_entropy
 
         se = args.tau_se
         if not (math.isfinite(se) and se >= 0):
@@ -151,7 +150,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     spread = None
     if fit is not None and fit[1] > 0 and np.isfinite(fit[1]):
         # the measurement's SE through h*: the same plan at h* -/+ SE (same seed, paired)
-        from brwsim.theory.ceiling import entropy_family
 
         h, h_se, shape, vocab = fit
         ends = [plan(entropy_family(shape, max(x, 1e-3), vocab), cost, sizes, budgets,

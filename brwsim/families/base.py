@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from brwsim.io import file_sha256
 from brwsim.kernels.spec import Component, Spec, compile_spec
 from brwsim.registry import PARAM_KINDS, register
 from brwsim.theory.laws import Moments
@@ -188,7 +189,6 @@ class Family:
 
     def _record_input(self, path: Any, sha256: str | None = None) -> None:
         """Remember that this family read ``path`` (its SHA-256 computed unless given)."""
-        from brwsim.io import file_sha256
 
         self.__dict__.setdefault("_input_sha256", {})[str(path)] = sha256 or file_sha256(path)
 

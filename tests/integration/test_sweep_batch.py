@@ -93,7 +93,7 @@ def test_batch_grid_and_cost(tmp_path):
     ("cost = {gpu = 'h100', params = 8e9, bandwidth_tbs = -1}", "bandwidth_tbs"),
     ("cost = {gpu = 'x', params = 8e9}", "unknown gpu"),
     ("cost = {params = 8e9, speed = 2}", "sweep.cost.speed: unknown key"),
-    ("cost = {table = 'missing.csv'}", "cannot read"),
+    ("cost = {table = 'missing.csv'}", "cost table missing.csv: no such file"),
 ])
 def test_bad_batch_and_cost(tmp_path, line, match):
     text = f"""
