@@ -232,6 +232,8 @@ def span(values: ArrayLike, fmt: str = ".2f") -> str:
     """
     v = np.asarray(values, dtype=float).ravel()
     v = v[np.isfinite(v)]
+    if v.size == 0:                 # no value (e.g. a theory value NaN for a context family)
+        return "n/a"
     lo, hi = format(v.min(), fmt), format(v.max(), fmt)
     return lo if lo == hi else f"{lo}–{hi}"
 

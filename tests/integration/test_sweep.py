@@ -139,7 +139,7 @@ def test_dask_local_cluster_is_identical(config, reference, tmp_path):
 
 def test_dask_missing_is_one_clear_error(config, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
-    with pytest.raises(UserError, match=r"pip install 'brwsim\[dask\]'"):
+    with pytest.raises(UserError, match=r"pip install 'dask\[distributed\]'"):
         sweep(config, tmp_path / "nodask", backend="dask")
 
 
