@@ -40,7 +40,8 @@ import xarray as xr
 from joblib import Parallel, delayed
 from scipy import stats
 
-from brwsim import CharLSTM, CorrelatedEntropy, Dirichlet, Geometric, MarkovRegime, NGram, simulate
+from brwsim import (CharLSTM, CorrelatedEntropy, Dirichlet, EntropyTarget, Geometric, MarkovRegime,
+                    Mixture, NGram, simulate)
 from brwsim.generate import generate
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.simulate import predictions, validate_budgets
@@ -59,12 +60,21 @@ def make(process: str, strength: float):
     return CorrelatedEntropy(ENTROPIES, strength)
 
 
+def marginal(process: str):
+    """The i.i.d. family of a process's stationary marginal law (the i.i.d. model of it):
+    the regimes' mixture (persistence 0), or the entropies drawn independently (rho = 0)."""
+    if process == "markov":
+        return Mixture([Geometric(0.05), Dirichlet(0.3, 1000)], weights=[0.6, 0.4])
+    fam = make(process, 0.0)
+    return EntropyTarget(list(fam.entropies), fam.shape, fam.vocab)
+
+
 def measure(process: str, strength: float, budgets: np.ndarray, trees: int, tokens: int, seed: int):
     """Monte Carlo mean and SE of E[X | T], the i.i.d. prediction, and generation tokens/call."""
     fam = make(process, strength)
     ds = simulate(fam, budgets, trees, seed=seed)
     e = ds.expected_accepted.values
-    pred = predictions(fam, budgets)["prediction"]
+    pred = predictions(marginal(process), budgets)["prediction"]
     gen = generate(fam, None, 64, tokens, seed=seed + 1)
     return (e.mean(1), e.std(1, ddof=1) / np.sqrt(trees), pred,
             gen.attrs["tokens_per_call"], float(gen.accepted.std() / np.sqrt(gen.attrs["calls"])))
