@@ -49,7 +49,9 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
     defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`). ``kinds`` is int32
     when a component is an n-gram or LSTM and int64 otherwise
     (:func:`brwsim.kernels.dist.kinds_dtype`): the kernels of other families are then
-    compiled without the n-gram and LSTM code.
+    compiled without the n-gram and LSTM code. ``cprog`` is copied into a writable array:
+    families keep theirs read-only, and numba types a read-only array apart, so passing it
+    as it is would compile every kernel a third time.
     """
     m = len(comps)
     fpar = np.zeros((m, NF))
@@ -70,4 +72,4 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
     kinds = kinds.astype(kinds_dtype(kinds))     # selects the kernels' contextual code or not
     return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
                 max(comp.head_cap for comp in comps),
-                np.zeros(1) if cprog is None else np.asarray(cprog, dtype=np.float64))
+                np.zeros(1) if cprog is None else np.array(cprog, dtype=np.float64))
