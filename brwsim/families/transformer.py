@@ -179,8 +179,11 @@ class Transformer(RootSampled, Family):
             self._record_input(key, hashlib.sha256(text.encode("utf-8")).hexdigest())
             toks = self.encode(text)
             if toks.size < self.window:
-                raise UserError(f"the prompts have {toks.size} tokens; a root window needs "
-                                f"{self.window}")
+                what = (f"prompts {self.prompts!r}" if "\n" not in str(self.prompts)
+                        else "the prompts text")
+                raise UserError(f"{what} has {toks.size} tokens; a root window needs "
+                                f"{self.window} (window=)" if toks.size else
+                                f"{what} has no tokens")
             self._root_w = self.window
         self._roots = toks
         self._roots.setflags(write=False)
