@@ -46,6 +46,11 @@ def register(subparsers: Any) -> None:
     _register_stats(subparsers)
 
 
+def _add_bank_out(parser: argparse.ArgumentParser) -> None:
+    """The ``--out BANK.nc`` option of the commands that write a bank."""
+    parser.add_argument("--out", required=True, metavar="BANK.nc", help="output netCDF file")
+
+
 def _register_import(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``import-logprobs`` (its parser is returned)."""
     parser = add_command(
@@ -57,7 +62,7 @@ def _register_import(subparsers: Any) -> argparse.ArgumentParser:
                     "(positions, k) and write a bank: sorted top-k probabilities, tail mass, "
                     "sampled rank and bounds of the entropy and second log-moment (nats).")
     parser.add_argument("files", nargs="+", metavar="FILE", help="input files")
-    parser.add_argument("--out", required=True, metavar="BANK.nc", help="output netCDF file")
+    _add_bank_out(parser)
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip bad positions and lines (with a warning) instead of failing")
     parser.add_argument("--top-k", type=int, default=None, metavar="K",
@@ -88,7 +93,7 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("prompts", metavar="PROMPTS",
                         help="UTF-8 text file, one prompt per line (with --roots: a corpus, "
                              "'prose', 'code' or a text file)")
-    parser.add_argument("--out", required=True, metavar="BANK.nc", help="output netCDF file")
+    _add_bank_out(parser)
     parser.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int,
                         default=DEFAULT_TOKENS, metavar="N",
                         help=f"tokens generated per prompt (default {DEFAULT_TOKENS})")

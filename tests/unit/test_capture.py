@@ -160,3 +160,18 @@ def test_cli_capture_then_bank_stats_and_empirical_run(prompt_file, tmp_path, ca
         mean, se = e.mean(axis=1), e.std(axis=1, ddof=1) / math.sqrt(e.shape[1])
         bound = r["upper_bound"].values
     assert np.all(mean <= bound + 4.5 * se)
+
+
+def test_runs_on_a_transformer_record_its_files(tmp_path):
+    """The contextual view records the same checkpoint hashes as the bank (``input_sha256``)."""
+    from brwsim import simulate
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("some text to draw roots from, long enough for a window\n" * 3)
+    ds = simulate(Transformer("target", prompts=corpus, window=8), [1, 2], 3, seed=0)
+    inputs = json.loads(ds.attrs["input_sha256"])
+    folder = Path(shipped_checkpoint("target"))
+    assert inputs[str(folder / "model.safetensors")] == file_sha256(folder / "model.safetensors")
+    assert inputs[str(corpus)] == file_sha256(corpus)
+    shipped = json.loads(simulate(Transformer("target"), [1], 2, seed=0).attrs["input_sha256"])
+    assert "corpus prose" in shipped
