@@ -25,7 +25,7 @@ from brwsim.io import write_netcdf_atomic
 from brwsim.lazy import xarray as xr
 from brwsim.validate import MAX_VOCAB, check_input_file, check_int, check_output_path
 
-__all__ = ["import_logprobs", "READERS"]
+__all__ = ["import_arrays", "import_logprobs", "READERS"]
 
 #: File suffix -> reader(collector, path) returning False for an empty file.
 READERS: dict[str, Callable[[Collector, Path], bool]] = {
@@ -138,3 +138,46 @@ def import_logprobs(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     if out is not None:
         write_netcdf_atomic(ds, out)
     return ds
+
+
+def import_arrays(logprobs: np.ndarray, sampled_rank: np.ndarray, sequence: np.ndarray, *,
+                  source: str, fmt: str, vocab: int | None = None, top_k: int | None = None,
+                  command: str = "") -> xr.Dataset:
+    """A bank from in-memory arrays, with the checks and rows of :func:`import_logprobs`.
+
+    The arrays are those of an ``.npz`` input (:mod:`brwsim.bank.npz`): exact top-k rows,
+    no appended sampled token.
+
+    Parameters
+    ----------
+    logprobs : numpy.ndarray
+        Shape (positions, k): log-probabilities, ``-inf`` for masked entries.
+    sampled_rank, sequence : numpy.ndarray
+        Shape (positions,), integer: the sampled token's rank in the full distribution
+        (negative: unknown) and the generation of each position.
+    source, fmt : str
+        Where the rows came from and their format (recorded as the bank's ``source_files``
+        and ``format``; ``source`` prefixes error messages).
+    vocab, top_k : int, optional
+        As for :func:`import_logprobs`.
+    command : str, optional
+        Recorded in the ``history`` attribute.
+
+    Raises
+    ------
+    brwsim.errors.UserError
+        At the first bad row (``source: row i: problem``).
+    """
+    col = Collector(skip_bad=False,
+                    top_k=None if top_k is None else check_int("top_k", top_k, 1, MAX_VOCAB),
+                    vocab=None if vocab is None else check_int("vocab", vocab, 1, MAX_VOCAB))
+    lp = np.asarray(logprobs, dtype=np.float64)
+    if lp.ndim != 2 or lp.shape[0] == 0 or lp.shape[1] == 0:
+        raise UserError(f"{source}: no positions (logprobs of shape {lp.shape})")
+    col.formats.add(fmt)
+    col.add_block(lp, sampled_col=None, sampled_rank=np.asarray(sampled_rank, dtype=np.int64),
+                  drop_appended=False, where=lambda i: f"{source}: row {i}",
+                  sequence=np.asarray(sequence, dtype=np.int64))
+    return bank_dataset(_assemble(col), files=[source], formats=sorted(col.formats),
+                        top_k=col.top_k, vocab=col.vocab, skip_bad=False, skipped_positions=0,
+                        skipped_lines=0, command=command or f"brwsim.bank.import_arrays({source!r})")

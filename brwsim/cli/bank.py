@@ -1,7 +1,8 @@
-"""The bank subcommands of the CLI: ``brwsim import-logprobs`` and ``brwsim bank-stats``.
+"""The bank subcommands of the CLI: ``brwsim import-logprobs``, ``brwsim capture`` and
+``brwsim bank-stats``.
 
-Argument handling and printing only; the work is done by :func:`brwsim.bank.import_logprobs`
-and :func:`brwsim.bankstats.bank_stats`.
+Argument handling and printing only; the work is done by :func:`brwsim.bank.import_logprobs`,
+:func:`brwsim.capture.capture_bank` and :func:`brwsim.bankstats.bank_stats`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from brwsim.bankstats import (
     histogram_bins,
     plot_entropy_histogram,
 )
+from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank
 from brwsim.cli.common import add_command
 from brwsim.lazy import xarray as xr
 from brwsim.textform import format_table, parse_budgets
@@ -40,7 +42,13 @@ def register(subparsers: Any) -> None:
     """Add the ``import-logprobs`` and ``bank-stats`` subcommands to an argparse subparsers
     object (from ``parser.add_subparsers()``)."""
     _register_import(subparsers)
+    _register_capture(subparsers)
     _register_stats(subparsers)
+
+
+def _add_bank_out(parser: argparse.ArgumentParser) -> None:
+    """The ``--out BANK.nc`` option of the commands that write a bank."""
+    parser.add_argument("--out", required=True, metavar="BANK.nc", help="output netCDF file")
 
 
 def _register_import(subparsers: Any) -> argparse.ArgumentParser:
@@ -54,7 +62,7 @@ def _register_import(subparsers: Any) -> argparse.ArgumentParser:
                     "(positions, k) and write a bank: sorted top-k probabilities, tail mass, "
                     "sampled rank and bounds of the entropy and second log-moment (nats).")
     parser.add_argument("files", nargs="+", metavar="FILE", help="input files")
-    parser.add_argument("--out", required=True, metavar="BANK.nc", help="output netCDF file")
+    _add_bank_out(parser)
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip bad positions and lines (with a warning) instead of failing")
     parser.add_argument("--top-k", type=int, default=None, metavar="K",
@@ -62,6 +70,67 @@ def _register_import(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--vocab", type=int, default=None, metavar="V",
                         help="vocabulary size (makes the upper bounds finite)")
     return parser
+
+
+def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``capture`` (its parser is returned)."""
+    parser = add_command(
+        subparsers, "capture", _run_capture,
+        "generate from a transformer checkpoint (no torch) and write the bank of its positions",
+        description="Sample a continuation of every prompt (one per line of PROMPTS, blank "
+                    "lines skipped) with brwsim's own forward pass of CHECKPOINT (a Hugging "
+                    "Face GPT-2 or Llama-architecture folder, or the shipped 'target' or "
+                    "'draft'), and write a bank: at every generated position the top-k "
+                    "log-probabilities of the distribution the token was sampled from "
+                    "(temperature applied) and the sampled token's rank, with the "
+                    "checkpoint's vocabulary size. The rows of experiments/capture_hf.py, "
+                    "without torch. Contexts follow transformer(window=W, carry=C): the "
+                    "prompt's last W tokens, then each token appended to the KV cache until "
+                    "C tokens are carried past the window, then a restart from the last W.")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT",
+                        help="checkpoint folder (config.json, model.safetensors [, "
+                             "tokenizer.json]) or 'target' / 'draft'")
+    parser.add_argument("prompts", metavar="PROMPTS",
+                        help="UTF-8 text file, one prompt per line (with --roots: a corpus, "
+                             "'prose', 'code' or a text file)")
+    _add_bank_out(parser)
+    parser.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int,
+                        default=DEFAULT_TOKENS, metavar="N",
+                        help=f"tokens generated per prompt (default {DEFAULT_TOKENS})")
+    parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                        help="sampling temperature (default 1)")
+    parser.add_argument("--top-k", type=int, default=None, metavar="K",
+                        help=f"entries kept per position (default: the whole vocabulary "
+                             f"when it has at most {EXACT_VOCAB} tokens, an exact bank; "
+                             "else 64)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--window", type=int, default=32, metavar="W",
+                        help="context window in tokens, as transformer(window=) (default 32)")
+    parser.add_argument("--carry", type=int, default=32, metavar="C",
+                        help="tokens carried past the window before a restart, as "
+                             "transformer(carry=) (default 32)")
+    parser.add_argument("--roots", type=int, default=None, metavar="R",
+                        help="PROMPTS is a corpus: generate from R windows drawn as "
+                             "transformer(prompts=PROMPTS) draws a run's roots with --seed")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def _run_capture(args: argparse.Namespace) -> int:
+    """Run ``brwsim capture`` with parsed arguments; print a summary."""
+    import time
+
+    start = time.perf_counter()
+    ds = capture_bank(args.checkpoint, args.prompts, args.out, tokens=args.tokens,
+                      temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                      window=args.window, carry=args.carry, roots=args.roots,
+                      progress=not args.quiet,
+                      command=" ".join(["brwsim"] + sys.argv[1:]))
+    seconds = time.perf_counter() - start
+    print(describe_bank(ds, args.out))
+    print(f"Generated {ds.sizes['position']} tokens in {seconds:.1f} s "
+          f"({ds.sizes['position'] / seconds:.0f} tokens/s, compilation included).")
+    return 0
 
 
 def _mean_text(values: np.ndarray) -> str:

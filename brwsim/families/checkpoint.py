@@ -141,7 +141,13 @@ def _gpt2(cfg: dict, t: _Tensors, where: str):
     pre = "transformer." if t.has("transformer.wte.weight") else ""
     g = lambda n, s: t.get((pre + n,), s)  # noqa: E731
     wte = g("wte.weight", (v, d))
-    glob = dict(emb=wte.T, head=None, wpe=g("wpe.weight", (npos, d)),
+    head = None
+    if cfg.get("tie_word_embeddings", True) is False:   # GPT2LMHeadModel unties on request
+        if not t.has("lm_head.weight"):
+            raise UserError(f"{t.path}: tensor 'lm_head.weight' is missing (and "
+                            "tie_word_embeddings is false)")
+        head = t.get(("lm_head.weight",), (v, d)).T
+    glob = dict(emb=wte.T, head=head, wpe=g("wpe.weight", (npos, d)),
                 nfw=g("ln_f.weight", (d,)), nfb=g("ln_f.bias", (d,)))
     layers = []
     for i in range(nl):

@@ -11,6 +11,7 @@ given prompt), then the tokens of the path's ranks.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.resources
 import os
 from typing import Any
@@ -21,13 +22,14 @@ from brwsim.keys import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
 from brwsim.families.checkpoint import load_checkpoint
-from brwsim.families.ngram import load_corpus
+from brwsim.families.ngram import CORPORA, load_corpus
+from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.kernels.transformer import head_width, transformer_logits
 
-__all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "shipped_checkpoint"]
+__all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "shipped_checkpoint"]
 
 #: The byte-level GPT-2 pair trained here and shipped as package data
 #: (``brwsim/data/transformers``, trained by ``experiments/train_transformers.py``).
@@ -42,6 +44,27 @@ def shipped_checkpoint(path: str) -> str:
         with importlib.resources.as_file(res) as folder:
             return os.fspath(folder)
     return path
+
+#: The files of a checkpoint folder that determine its distributions.
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def checkpoint_sha256(folder: str) -> dict[str, str]:
+    """SHA-256 (hex) of the checkpoint files present in ``folder`` (config, weights,
+    tokenizer), by absolute path; cached per (path, size, modification time)."""
+    out = {}
+    for name in CHECKPOINT_FILES:
+        path = os.path.abspath(os.path.join(folder, name))
+        if os.path.isfile(path):
+            st = os.stat(path)
+            out[path] = _sha256_cached(path, st.st_size, st.st_mtime_ns)
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
+
 
 #: A checkpoint without ``tokenizer.json`` is byte-level if its vocabulary is 256 bytes
 #: plus at most this many special tokens (ids 0..255 are the bytes).
@@ -134,6 +157,8 @@ class Transformer(RootSampled, Family):
                             f"window of {ck.sliding_window} tokens (not supported)")
         tok = os.path.join(shipped_checkpoint(self.path), "tokenizer.json")
         self._tokenizer = tok if os.path.isfile(tok) else None
+        for name, digest in checkpoint_sha256(shipped_checkpoint(self.path)).items():
+            self._record_input(name, digest)
         if self._tokenizer is None and not 256 <= self.vocab_size <= 256 + BYTE_SPECIALS:
             raise UserError(f"checkpoint {self.path!r} has no tokenizer.json and its "
                             f"vocabulary ({self.vocab_size}) is not byte-level")
@@ -148,10 +173,17 @@ class Transformer(RootSampled, Family):
             toks = toks[-self.window:]
             self._root_w = int(toks.size)
         else:
-            toks = self.encode(load_corpus(prompts))
+            text = load_corpus(prompts)
+            key = (f"corpus {self.prompts}" if self.prompts in CORPORA else "prompts text"
+                   if "\n" in str(self.prompts) else str(self.prompts))
+            self._record_input(key, hashlib.sha256(text.encode("utf-8")).hexdigest())
+            toks = self.encode(text)
             if toks.size < self.window:
-                raise UserError(f"the prompts have {toks.size} tokens; a root window needs "
-                                f"{self.window}")
+                what = (f"prompts {self.prompts!r}" if "\n" not in str(self.prompts)
+                        else "the prompts text")
+                raise UserError(f"{what} has {toks.size} tokens; a root window needs "
+                                f"{self.window} (window=)" if toks.size else
+                                f"{what} has no tokens")
             self._root_w = self.window
         self._roots = toks
         self._roots.setflags(write=False)

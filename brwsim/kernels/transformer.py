@@ -507,3 +507,84 @@ def transformer_logits(data, o, tokens, out):
     lg = layout(data, o, slots)[2]
     for j in range(v):
         out[j] = hr[lg + j]
+
+
+@njit_cached
+def transformer_start(data, o, slots, window, prompt):
+    """A generation's row: the last ``min(len(prompt), window)`` prompt tokens run from an
+    empty cache (their logits in the row's LG), carrying nothing past the window."""
+    hr = np.zeros(head_width(data, o, slots))
+    v = int(data[o + 1])
+    mm = 2 * v
+    tk = mm + META
+    w = min(prompt.shape[0], int(window))
+    for j in range(w):
+        hr[tk + j] = prompt[prompt.shape[0] - w + j]
+    _prefill(data, o, slots, hr, w)
+    hr[mm] = w
+    hr[mm + 1] = 0.0
+    return hr
+
+
+@njit_cached
+def transformer_sample(data, o, slots, window, carry, beta, hr, uniforms, k, out_lp, out_rank,
+                       out_tok):
+    """Sample ``len(uniforms)`` tokens from the row ``hr`` (of :func:`transformer_start`).
+
+    At each step the distribution is softmax(beta logits); its ``k`` largest
+    log-probabilities (descending) go to ``out_lp[step]``, the token drawn by inverse CDF
+    over token ids with ``uniforms[step]`` to ``out_tok[step]`` and its rank (the number of
+    tokens of larger probability) to ``out_rank[step]``. The token is then appended as the
+    tree's children are (:func:`transformer_init`): one row over the cache while the
+    tokens carried past the window stay at most ``carry``, else the context restarts from
+    its last ``window`` tokens. The row keeps the state between calls.
+    """
+    v = int(data[o + 1])
+    mm = 2 * v
+    tk = mm + META
+    lg = layout(data, o, slots)[2]
+    lq = np.empty(v)
+    for step in range(uniforms.shape[0]):
+        zmax = -np.inf
+        for j in range(v):
+            zmax = max(zmax, hr[lg + j])
+        tot = 0.0
+        for j in range(v):
+            tot += math.exp(beta * (hr[lg + j] - zmax))
+        lz = math.log(tot)
+        for j in range(v):
+            lq[j] = beta * (hr[lg + j] - zmax) - lz
+        target = uniforms[step] * tot
+        acc = 0.0
+        tok = -1
+        for j in range(v):
+            e = math.exp(beta * (hr[lg + j] - zmax))
+            if e > 0.0:
+                tok = j                  # the last token of positive mass, if rounding runs out
+                acc += e
+                if acc > target:
+                    break
+        rank = 0
+        for j in range(v):
+            if lq[j] > lq[tok]:
+                rank += 1
+        top = np.sort(lq)
+        for j in range(k):
+            out_lp[step, j] = top[v - 1 - j]
+        out_rank[step] = rank
+        out_tok[step] = tok
+        n = int(hr[mm])
+        g = hr[mm + 1] + 1.0
+        if g > carry:
+            w = min(int(window), n + 1)
+            for j in range(w - 1):
+                hr[tk + j] = hr[tk + n - (w - 1) + j]
+            hr[tk + w - 1] = tok
+            _prefill(data, o, slots, hr, w)
+            hr[mm] = w
+            g = 0.0
+        else:
+            hr[tk + n] = tok
+            _block(data, o, slots, hr, hr, tk + n, 1, n, True, hr, n)
+            hr[mm] = n + 1
+        hr[mm + 1] = g

@@ -259,7 +259,7 @@ def test_bad_prompts_and_parameters(ckpts):
     g = ckpts["gpt2"]
     for kwargs, needle in [
         (dict(prompt=""), "the prompt has no tokens"),
-        (dict(prompts="ab\n"), "the prompts have 3 tokens"),
+        (dict(prompts="ab\n"), "the prompts text has 3 tokens"),
         (dict(prompt=3), "prompt must be a string"),
         (dict(window=0), "window"),
         (dict(carry=-1), "carry"),
