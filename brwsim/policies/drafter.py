@@ -115,8 +115,8 @@ class Drafter(Policy):
             out.update(depth=self.depth, topk=self.topk, total=self.total)
         return out
 
-    def _check(self, spec) -> int:
-        """The draft row's width, after checking the environment against the draft."""
+    def check(self, spec) -> None:
+        """The environment must be a transformer family that the draft can read."""
         if spec.kinds.size != 1 or int(spec.kinds[0]) != TRANSFORMER:
             raise UserError(f"{self!r}: the environment must be a transformer family "
                             "(transformer(path=...)), the model the draft is verified against")
@@ -131,10 +131,10 @@ class Drafter(Policy):
         if self._sliding and slots > self._sliding:
             raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
                             f"draft model's sliding window of {self._sliding} tokens")
-        return int(head_width(self._block, 0, slots))
 
     def run_roots(self, spec, budgets, roots):
-        dcap = self._check(spec)
+        self.check(spec)
+        dcap = int(head_width(self._block, 0, int(spec.ipar[0, 2])))
         acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
         env = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
                roots.keys, roots.mode, roots.ci, roots.cf, roots.head, self._block,
