@@ -159,6 +159,21 @@ def test_trees_match_the_prefix_recomputing_reference(target, draft, shape):
         assert (np.diff(acc, axis=0) >= 0).all() and (acc <= np.array(BUDGETS)[:, None]).all()
 
 
+@pytest.mark.parametrize("shape", ["best", "chain"])
+def test_contexts_past_the_carry_restart_as_the_reference(draft, shape):
+    """A short window and carry: nodes deeper than carry + 1 rerun over their last window."""
+    target = Transformer("target", window=6, carry=2)
+    ds = _run(target, f"drafter(path=draft, shape={shape})", budgets=[4, 12], iterations=2)
+    ref = _Ref(target, draft)
+    build = _best_ref if shape == "best" else _chain_ref
+    for i in range(2):
+        e, d = _scores(build(ref, target.root_tokens(SEED, i), 12), [4, 12])
+        np.testing.assert_allclose(ds["expected_accepted"].values[1, :, i], e, rtol=0, atol=1e-9)
+        np.testing.assert_array_equal(ds["depth"].values[1, :, i], d)
+    if shape == "chain":
+        assert ds["depth"].values[1, -1].max() == 12    # past three restarts
+
+
 def test_draft_temperature_changes_the_tree_as_the_reference(target, draft):
     ds = _run(target, "drafter(path=draft, temperature=2.0)", budgets=[4, 16], iterations=2)
     ref = _Ref(target, draft, temperature=2.0)
@@ -181,6 +196,13 @@ def test_generation_runs(target):
     ds = generate(target, "drafter(path=draft, shape=chain)", budget=4, tokens=12, seed=SEED)
     assert ds.attrs["calls"] >= 3
     assert (ds["accepted"].values <= 4).all() and (ds["depth"].values == 4).all()
+    # the target as its own draft generates exactly the optimal run's calls, through
+    # preset roots that carry tokens past the window (window 6, carry 3)
+    fam = Transformer("target", window=6, carry=3)
+    own = generate(fam, "drafter(path=target)", budget=8, tokens=60, seed=SEED)
+    opt = generate(fam, "optimal()", budget=8, tokens=60, seed=SEED)
+    for var in ("accepted", "expected_accepted", "depth"):
+        np.testing.assert_array_equal(own[var].values, opt[var].values, err_msg=var)
 
 
 @pytest.fixture(scope="module")
