@@ -19,7 +19,7 @@ tree of P + 1) except for :class:`Sequoia` with an unsorted vector.
 
 from brwsim.policies.base import DEFAULT_POLICY, POLICIES, Policy, Roots, run_policy
 from brwsim.policies.chain import Chain
-from brwsim.policies.drafter import Drafter
+from brwsim.policies.drafter import DraftModel
 from brwsim.policies.dynamic import Dynamic
 from brwsim.policies.expansion import Expansion
 from brwsim.policies.kary import KAry
@@ -30,4 +30,4 @@ from brwsim.policies.sequoia import Sequoia
 from brwsim.policies.static import StaticPolicy
 
 __all__ = ["Policy", "StaticPolicy", "Roots", "Optimal", "Chain", "KAry", "Expansion", "Sequoia",
-           "Dynamic", "Noisy", "Drafter", "POLICIES", "DEFAULT_POLICY", "parse_policy", "run_policy"]
+           "Dynamic", "Noisy", "DraftModel", "POLICIES", "DEFAULT_POLICY", "parse_policy", "run_policy"]

@@ -17,13 +17,13 @@ from brwsim.kernels.dist import TRANSFORMER
 from brwsim.kernels.transformer import head_width
 from brwsim.policies.base import Policy, new_outputs, optional_int
 
-__all__ = ["Drafter", "SHAPES"]
+__all__ = ["DraftModel", "SHAPES"]
 
 #: The drafter's tree shapes.
 SHAPES = ("best", "chain", "dynamic")
 
 
-class Drafter(Policy):
+class DraftModel(Policy):
     """Trees drafted by a second checkpoint's probabilities; the target family verifies.
 
     The environment must be a :class:`~brwsim.families.Transformer` family (the target).
@@ -34,7 +34,9 @@ class Drafter(Policy):
     Nodes are the target's (named by their target rank, so the trees, the sampled target
     path and the node keys are those of :class:`Optimal` on common random numbers); a
     child the draft likes and the target ranks low is still a valid node. E[X | T] is
-    the sum of TRUE target path probabilities over the drafter's tree.
+    the sum of TRUE target path probabilities over the drafter's tree. (String form
+    ``drafter(...)``; not to be confused with :class:`brwsim.cost.Drafter`, the drafting
+    cost model.)
 
     Shapes:
 

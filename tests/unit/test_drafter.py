@@ -20,7 +20,7 @@ import pytest
 from brwsim import UserError, Zipf, generate, simulate
 from brwsim.cli import main
 from brwsim.families.transformer import Transformer
-from brwsim.policies import Drafter, parse_policy
+from brwsim.policies import DraftModel, parse_policy
 from tests.unit.tinyckpt import write_gpt2
 
 SEED = 7
@@ -184,7 +184,7 @@ def test_draft_temperature_changes_the_tree_as_the_reference(target, draft):
 
 def test_string_form_and_parameters():
     p = parse_policy("drafter(path=draft, shape=dynamic, depth=4, topk=5, total=20)")
-    assert isinstance(p, Drafter)
+    assert isinstance(p, DraftModel)
     assert repr(p) == ("drafter(path='draft', shape='dynamic', temperature=1.0, depth=4, "
                        "topk=5, total=20)")
     assert parse_policy(repr(p)) == p
