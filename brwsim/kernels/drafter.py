@@ -33,7 +33,7 @@ import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I
-from brwsim.kernels.policies import NEG_INF, _init_node, _preset_row
+from brwsim.kernels.policies import NEG_INF, _init_node, _layer_top, _preset_row
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.transformer import META, transformer_init
 from brwsim.kernels.tree import (
@@ -42,10 +42,8 @@ from brwsim.kernels.tree import (
     MAX_NODES,
     _accumulate,
     _aim,
-    _before,
     _node_buffers,
     _retarget,
-    _select,
     _select_by,
     _tie_cut,
     _within,
@@ -333,21 +331,9 @@ def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, dda
     start = 0
     rows = 1
     for _layer in range(1, depth):
-        m = n - start
-        if m == 0:
+        kk = _layer_top(lay, start, n, topk, est, dep)
+        if kk == 0:
             break
-        for j in range(m):
-            lay[j] = start + j
-        kk = min(topk, m)
-        if kk < m:
-            _select(lay, m, kk, est, dep)
-        for a in range(1, kk):            # expansion order: by (value, generation order)
-            c = lay[a]
-            b = a - 1
-            while b >= 0 and _before(est, dep, c, lay[b]):
-                lay[b + 1] = lay[b]
-                b -= 1
-            lay[b + 1] = c
         start = n
         for j in range(kk):
             c = lay[j]
