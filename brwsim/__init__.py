@@ -28,6 +28,7 @@ from brwsim.generate import generate, path_moments
 from brwsim.plan import plan
 from brwsim.policies import (
     Chain,
+    DraftModel,
     Dynamic,
     Expansion,
     KAry,
@@ -44,5 +45,5 @@ __all__ = ["__version__", "UserError", "simulate", "summarize", "policy_gap", "p
            "Uniform", "Fixed", "Geometric", "Zipf", "Dirichlet", "SoftmaxNormal", "Peaked",
            "Mixture", "EntropyTarget", "Tempered", "Empirical", "MarkovRegime", "DepthDrift",
            "CorrelatedEntropy", "NGram", "CharLSTM", "Transformer", "bank", "policies", "Optimal", "Chain", "KAry", "Expansion",
-           "Sequoia", "Dynamic", "Noisy", "parse_policy", "generate", "path_moments", "sweep",
+           "Sequoia", "Dynamic", "Noisy", "DraftModel", "parse_policy", "generate", "path_moments", "sweep",
            "bank_stats", "cost", "plan"]

@@ -71,6 +71,8 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     check_work_size(float(tokens) * 32, f"generate: {tokens} tokens",      # 5 arrays of width tokens
                     "generate fewer tokens")
     spec = family.spec()
+    if policy is not None:
+        policy.check(spec)
     width = int(tokens)                      # at least one token per call
     acc = np.empty((1, width), np.int32)
     exp = np.empty((1, width))

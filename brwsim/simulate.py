@@ -101,6 +101,8 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         return _simulate_batch(family, spec, b, iterations, int(seed), key, batch, progress,
                                command)
     pols = _policies(policies)
+    for pol in pols:
+        pol.check(spec)
     check_work_size(len(pols) * b.size * float(iterations) * _BYTES_PER_RESULT,
                     f"simulate: {len(pols)} policies x {b.size} budgets x {iterations} iterations",
                     "use fewer iterations or budgets, or a sweep (brwsim sweep --summary-only)")

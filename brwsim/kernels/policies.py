@@ -207,6 +207,26 @@ def _expand(fpar, ipar, data, key, row, ppos, pdep, on, u, k, pos, dep, onpath, 
 
 
 @kernel
+def _layer_top(lay, start, n, topk, pos, dep):
+    """The newest layer's (candidates start .. n - 1) top-``topk`` by (value, depth,
+    generation order) into ``lay[:kk]`` in that order, the expansion order; returns kk."""
+    m = n - start
+    for j in range(m):
+        lay[j] = start + j
+    kk = min(topk, m)
+    if kk < m:
+        _select(lay, m, kk, pos, dep)
+    for a in range(1, kk):
+        v = lay[a]
+        b = a - 1
+        while b >= 0 and _before(pos, dep, v, lay[b]):
+            lay[b + 1] = lay[b]
+            b -= 1
+        lay[b + 1] = v
+    return kk
+
+
+@kernel
 def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, depth, topk, pos,
                   dep, onpath,
                   ckey, crank, crow, lay, lf, li, head):
@@ -224,21 +244,9 @@ def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, dep
     start = 0
     rows = 1
     for _layer in range(1, depth):
-        m = n - start
-        if m == 0:
+        kk = _layer_top(lay, start, n, topk, pos, dep)
+        if kk == 0:
             break
-        for j in range(m):
-            lay[j] = start + j
-        kk = min(topk, m)
-        if kk < m:
-            _select(lay, m, kk, pos, dep)
-        for a in range(1, kk):            # expansion order: by (value, generation order)
-            v = lay[a]
-            b = a - 1
-            while b >= 0 and _before(pos, dep, v, lay[b]):
-                lay[b + 1] = lay[b]
-                b -= 1
-            lay[b + 1] = v
         start = n
         for j in range(kk):
             v = lay[j]

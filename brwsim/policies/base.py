@@ -57,6 +57,10 @@ class Policy:
         """Parameters as a JSON-serialisable dict (the string form's arguments)."""
         return {}
 
+    def check(self, spec: Spec) -> None:
+        """Refuse an environment the policy cannot draft on (a :class:`UserError`), before
+        any tree is built; the default accepts every family."""
+
     def run(self, spec: Spec, budgets: np.ndarray, key: np.uint64, first: int,
             count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Iterations ``first .. first + count - 1``: see :func:`run_policy`."""
