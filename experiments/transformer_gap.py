@@ -5,7 +5,9 @@ On the shipped byte-level GPT-2 ``target`` with the bundled prose and code corpo
 1. the **contextual view**: Monte Carlo E[X | T] +- SE per budget P = 1, 2, 4, ..., 1024 of
    the optimal tree (and of the drafting policies given with ``--policy``, paired on the
    same trees) on ``transformer(path=target, prompts=CORPUS)``, every node's distribution
-   the network's output after its own path;
+   the network's output after its own path; per depth d = 1..10, the reach P(X >= d) of
+   the sampled accepted path (a chain's per-position acceptance is
+   P(X >= d) / P(X >= d - 1), what the budget curves' chains measure);
 2. the **i.i.d. view of the same model**: a bank captured from the same target on the same
    corpus (``brwsim capture target CORPUS --roots R --tokens 32``: R generations from the
    root windows the contextual run draws with the same seed, at depths 0..31 of their
@@ -16,6 +18,12 @@ On the shipped byte-level GPT-2 ``target`` with the bundled prose and code corpo
 3. the **ratio** contextual / i.i.d. per budget and policy with its SE (delta method;
    the two Monte Carlo runs are independent), and contextual / the i.i.d. prediction.
 
+The default policies are the real drafter, the shipped ``draft`` checkpoint drafting for
+``target`` (``drafter(path=draft)``: best-first on the draft's path probabilities, EAGLE-2's
+dynamic tree and a greedy chain), and the dynamic tree and chain drawn by an oracle that
+knows the target's probabilities: fraction of optimal of the drafter against the oracle's
+is the drafter's share, contextual against i.i.d. the environment's.
+
 A ratio below 1 is the share of the i.i.d. prediction's shortfall that comes from the
 environment (context dependence: a path's distributions are not independent draws, and
 tree nodes sit on likelier paths than sampled ones) rather than from a drafter. Writes
@@ -24,12 +32,11 @@ tree nodes sit on likelier paths than sampled ones) rather than from a drafter. 
 Usage::
 
     python experiments/transformer_gap.py [--trees 400] [--roots 300] \
-        [--policy 'dynamic(depth=6, topk=10, total=59)' --policy 'chain()'] [--quick]
+        [--policy 'drafter(path=draft)' --policy 'chain()' ...] [--quick]
 
-``--policy`` may be repeated with any policy string :func:`brwsim.simulate` accepts (for
-example a drafter policy ``drafter(path=draft)`` once it exists); a policy that does not
-apply to the i.i.d. bank family gets NaN there, with the reason in the variable's
-attributes.
+``--policy`` may be repeated with any policy string :func:`brwsim.simulate` accepts; a
+policy that does not apply to the i.i.d. bank family (the drafter needs the checkpoint's
+contexts) gets NaN there, with the reason in the variable's attributes.
 """
 
 from __future__ import annotations
@@ -53,7 +60,14 @@ from brwsim.simulate import policy_gap
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CORPORA = ["prose", "code"]
-POLICIES = ["dynamic(depth=6, topk=10, total=59)", "chain()"]
+#: The real drafter (the shipped ``draft`` checkpoint drafting for ``target``) in three
+#: shapes, then the same shapes drawn by an oracle that knows the target's probabilities.
+POLICIES = ["drafter(path=draft)",
+            "drafter(path=draft, shape=dynamic, depth=6, topk=10, total=59)",
+            "drafter(path=draft, shape=chain)",
+            "dynamic(depth=6, topk=10, total=59)", "chain()"]
+#: Depths d of the accepted-path reach P(X >= d) (the budget curves' per-position view).
+DEPTHS = list(range(1, 11))
 BUDGETS = [2 ** i for i in range(11)]        # 1 .. 1024
 CHECKPOINT = "target"
 #: Tokens per captured generation: depths 0..31, within window + carry (no restart).
@@ -73,53 +87,58 @@ def _ratio(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray,
     return r, np.abs(r) * np.sqrt((sa / a) ** 2 + (sb / b) ** 2)
 
 
-def contextual(corpus: str, policies: list[str], trees: int, seed: int) -> dict:
+def contextual(corpus: str, policies: list[str], trees: int, seed: int,
+               budgets: list[int]) -> dict:
     """Per-policy mean E[X | T] and SE on the transformer family (paired trees)."""
     fam = Transformer(CHECKPOINT, prompts=corpus)
-    ds = simulate(fam, BUDGETS, trees, seed=seed, policies=["optimal()"] + policies)
+    ds = simulate(fam, budgets, trees, seed=seed, policies=["optimal()"] + policies)
     e = ds["expected_accepted"].transpose("policy", "budget", "iteration").values
     mean, se = _mean_se(e)
+    x = ds["accepted"].transpose("policy", "budget", "iteration").values
+    reach, reach_se = _mean_se((x[..., None, :] >= np.array(DEPTHS)[:, None]).astype(float))
     gap = policy_gap(ds)
-    return {"mean": mean, "se": se, "fraction": gap.fraction_of_optimal.values,
+    return {"mean": mean, "se": se, "reach": reach, "reach_se": reach_se,
+            "fraction": gap.fraction_of_optimal.values,
             "fraction_se": gap.fraction_se.values, "inputs": fam.input_files(),
             "family": repr(fam), "mu": float(ds["mu"]), "mu_se": float(ds["mu_se"])}
 
 
-def iid_view(bank: Path, policies: list[str], trees: int, seed: int) -> dict:
+def iid_view(bank: Path, policies: list[str], trees: int, seed: int,
+             budgets: list[int]) -> dict:
     """Monte Carlo on empirical(path=bank) per policy, and the bank's theory values."""
     fam = parse_family(f"empirical(path={bank})")
     n = len(policies) + 1
-    mean = np.full((n, len(BUDGETS)), np.nan)
+    mean = np.full((n, len(budgets)), np.nan)
     se = np.full_like(mean, np.nan)
     reasons: dict[str, str] = {}
-    ds = simulate(fam, BUDGETS, trees, seed=seed)
+    ds = simulate(fam, budgets, trees, seed=seed)
     mean[0], se[0] = _mean_se(ds["expected_accepted"].transpose("budget", "iteration").values)
     for i, pol in enumerate(policies, 1):
         try:
-            d = simulate(fam, BUDGETS, trees, seed=seed, policies=["optimal()", pol])
+            d = simulate(fam, budgets, trees, seed=seed, policies=["optimal()", pol])
         except UserError as exc:           # e.g. a drafter that needs the checkpoint's context
             reasons[pol] = str(exc)
             continue
         e = d["expected_accepted"].transpose("policy", "budget", "iteration").values[1]
         mean[i], se[i] = _mean_se(e)
-    stats = bank_stats(bank, BUDGETS)
+    stats = bank_stats(bank, budgets)
     return {"mean": mean, "se": se, "reasons": reasons, "prediction": np.asarray(stats.prediction),
             "upper_bound": np.asarray(stats.upper_bound), "mu": stats.mu, "mu2": stats.mu2,
             "positions": stats.positions, "family": repr(fam)}
 
 
 def measure(corpus: str, policies: list[str], trees: int, iid_trees: int, roots: int,
-            seed: int, folder: Path) -> dict:
+            seed: int, folder: Path, budgets: list[int]) -> dict:
     """Both views of ``target`` on one corpus."""
     t0 = time.perf_counter()
-    ctx = contextual(corpus, policies, trees, seed)
+    ctx = contextual(corpus, policies, trees, seed, budgets)
     t1 = time.perf_counter()
     bank = folder / f"bank_{corpus}.nc"
     capture_bank(CHECKPOINT, corpus, bank, tokens=TOKENS, roots=roots, seed=seed,
                  command=f"brwsim capture {CHECKPOINT} {corpus} --roots {roots} "
                          f"--tokens {TOKENS} --seed {seed}")
     t2 = time.perf_counter()
-    iid = iid_view(bank, policies, iid_trees, seed + 1)
+    iid = iid_view(bank, policies, iid_trees, seed + 1, budgets)
     t3 = time.perf_counter()
     print(f"{corpus}: contextual {t1 - t0:.0f} s, capture {roots * TOKENS} tokens "
           f"{t2 - t1:.1f} s ({roots * TOKENS / (t2 - t1):.0f} tokens/s), i.i.d. {t3 - t2:.0f} s",
@@ -158,8 +177,18 @@ def build(rows: dict[str, dict], policies: list[str], args: argparse.Namespace,
                                                      "bank's i.i.d. model (brwsim.bankstats)"),
     }, coords={"corpus": ("corpus", CORPORA, {"long_name": "prompt corpus", "units": "1"}),
                "policy": ("policy", names, {"long_name": "drafting policy", "units": "1"}),
-               "budget": ("budget", np.array(BUDGETS), {"long_name": "draft budget P",
+               "budget": ("budget", np.array(args.budgets), {"long_name": "draft budget P",
                                                         "units": "1"})})
+    reach_dims = dims + ("depth",)
+    ds["contextual_reach"] = xr.Variable(
+        reach_dims, np.array([rows[c]["ctx"]["reach"] for c in CORPORA]),
+        {"long_name": "P(X >= depth): the sampled accepted path reaches this depth of the "
+                      "policy's tree (contextual view)", "units": "1"})
+    ds["contextual_reach_se"] = xr.Variable(
+        reach_dims, np.array([rows[c]["ctx"]["reach_se"] for c in CORPORA]),
+        {"long_name": "standard error of contextual_reach", "units": "1"})
+    ds = ds.assign_coords(depth=("depth", np.array(DEPTHS), {"long_name": "accepted depth d",
+                                                             "units": "1"}))
     r, rse = _ratio(ds.contextual_mean.values, ds.contextual_se.values, ds.iid_mean.values,
                     ds.iid_se.values)
     ds["ratio"] = xr.Variable(dims, r, {"long_name": "contextual_mean / iid_mean (the "
@@ -185,7 +214,7 @@ def build(rows: dict[str, dict], policies: list[str], args: argparse.Namespace,
     if reasons:
         ds["iid_mean"].attrs["reason"] = json.dumps(reasons, sort_keys=True)
     config = {"checkpoint": CHECKPOINT, "corpora": CORPORA, "policies": policies,
-              "budgets": BUDGETS, "trees": args.trees, "iid_trees": args.iid_trees,
+              "budgets": args.budgets, "trees": args.trees, "iid_trees": args.iid_trees,
               "roots": args.roots, "tokens": TOKENS, "seed": args.seed,
               "families": {c: rows[c]["ctx"]["family"] for c in CORPORA}}
     ds.attrs.update(provenance_attrs("brwsim transformer gap: contextual vs i.i.d. view of "
@@ -235,14 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(DATA / "transformer_gap.nc"))
     args = ap.parse_args(argv)
     if args.quick:
-        args.trees, args.iid_trees, args.roots = 20, 200, 20
+        args.trees, args.iid_trees, args.roots = 10, 200, 20
+    args.budgets = [b for b in BUDGETS if b <= 64] if args.quick else list(BUDGETS)
     policies = args.policy if args.policy is not None else list(POLICIES)
     command = " ".join(["python experiments/transformer_gap.py"]
                        + (sys.argv[1:] if argv is None else list(argv)))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         rows = {c: measure(c, policies, args.trees, args.iid_trees, args.roots,
-                           args.seed + 100 * i, Path(tmp)) for i, c in enumerate(CORPORA)}
+                           args.seed + 100 * i, Path(tmp), args.budgets) for i, c in enumerate(CORPORA)}
     ds = build(rows, policies, args, command)
     ds.attrs["runtime_seconds"] = round(time.perf_counter() - start, 1)
     write_netcdf_atomic(ds, args.out)
