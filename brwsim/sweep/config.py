@@ -68,7 +68,7 @@ from brwsim.engine import validate_batch, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families import FAMILIES, Family, parse_family
 from brwsim.io import file_sha256
-from brwsim.policies import POLICIES, Optimal
+from brwsim.policies import POLICIES, Optimal, parse_policy
 from brwsim.theory.predict import check_family
 from brwsim.validate import check_input_file, check_int, echo
 
@@ -506,6 +506,14 @@ def _with_policies(block: Block, policies: list[str] | None) -> Block:
     if block.first_point + n > MAX_POINTS:
         raise UserError(f"sweep.family[{block.index}]: {block.n_points} points x {len(policies)} "
                         f"policies take the sweep above the maximum {MAX_POINTS} points")
+    parsed = [parse_policy(p) for p in policies]
+    for family in block.families:          # as simulate() does, before anything is written
+        for text, policy in zip(policies, parsed):
+            try:
+                policy.check(family.spec())
+            except UserError as exc:
+                raise UserError(f"sweep.family[{block.index}] {family!r} with policy {text}: "
+                                f"{exc}") from None
     return Block(block.index, block.label, block.name, block.fixed,
                  {**block.grid, "policy": list(policies)},
                  tuple(f for f in block.families for _ in policies), block.first_point,

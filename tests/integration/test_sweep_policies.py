@@ -138,3 +138,12 @@ def test_policies_refuse_batches():
         load_config({"sweep": {"iterations": 10, "budgets": [4], "batch": [1, 4],
                                "family": [{"name": "zipf", "s": 1.1, "vocab": 50}],
                                "policy": [{"name": "chain"}]}})
+
+
+def test_a_policy_the_family_cannot_take_is_refused_before_anything_is_written(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(HEAD + '\n[[sweep.policy]]\nname = "drafter"\npath = "draft"\n')
+    with pytest.raises(UserError, match=r"sweep.family\[0\] dirichlet\(alpha=0.05.*drafter.*"
+                                        r"must be a transformer family"):
+        sweep(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
