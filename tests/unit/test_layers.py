@@ -38,3 +38,25 @@ def test_brwsim_imports_brwsim_at_module_level_only():
                     if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("brwsim"):
                         late.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
     assert not late, late
+
+
+def test_design_doc_table_is_the_contract():
+    """docs/design.md section 3 lists the contract's layers, in order, module for module."""
+    import re
+    import tomllib
+
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = contract["contracts"][0]["layers"]
+    rows = [ln for ln in (ROOT / "docs" / "design.md").read_text().splitlines()
+            if re.match(r"\| \d+ \| ", ln)]
+    assert len(rows) == len(layers), (len(rows), len(layers))
+    for i, (row, layer) in enumerate(zip(rows, layers), 1):
+        cell = row.split("|")[2]
+        named, prefix = [], ""
+        for name in re.findall(r"`([\w.]+)`", cell):
+            if name.startswith("."):             # `.zipf_laws` continues the previous package
+                name = prefix + name
+            prefix = name.rsplit(".", 1)[0]
+            named.append(name)
+        assert row.startswith(f"| {i} |"), row
+        assert sorted(named) == sorted(m.strip() for m in layer.split("|")), (i, named, layer)
