@@ -137,6 +137,10 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
               "seed": str(int(seed))}
     ds = make_dataset(family, b, acc, exp, dep, config, int(seed), command,
                       policies=None if policies is None else [repr(p) for p in pols])
+    inputs = {k: v for p in pols for k, v in p.input_files().items()}
+    if inputs:                            # a draft model's checkpoint, beside the family's files
+        inputs.update(json.loads(ds.attrs.get("input_sha256", "{}")))
+        ds.attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     return ds
 
 

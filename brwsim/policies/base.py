@@ -61,6 +61,11 @@ class Policy:
         """Refuse an environment the policy cannot draft on (a :class:`UserError`), before
         any tree is built; the default accepts every family."""
 
+    def input_files(self) -> dict[str, str]:
+        """SHA-256 (hex) of every file the policy reads, by path (a draft model's
+        checkpoint); recorded in a run's or sweep's ``input_sha256`` beside the family's."""
+        return {}
+
     def run(self, spec: Spec, budgets: np.ndarray, key: np.uint64, first: int,
             count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Iterations ``first .. first + count - 1``: see :func:`run_policy`."""

@@ -11,7 +11,7 @@ from brwsim.engine import start_threshold
 from brwsim.errors import UserError
 from brwsim.families.base import check_positive
 from brwsim.families.checkpoint import load_checkpoint
-from brwsim.families.transformer import shipped_checkpoint
+from brwsim.families.transformer import checkpoint_sha256, shipped_checkpoint
 from brwsim.kernels import drafter as _k
 from brwsim.kernels.dist import TRANSFORMER
 from brwsim.kernels.transformer import head_width
@@ -109,6 +109,9 @@ class DraftModel(Policy):
         self._vocab = ck.vocab_size
         self._positions = ck.max_positions
         self._sliding = ck.sliding_window
+
+    def input_files(self) -> dict[str, str]:
+        return checkpoint_sha256(shipped_checkpoint(self.path))
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "shape": self.shape,

@@ -217,11 +217,13 @@ class SweepConfig:
     source_sha256: Any = None
 
     def input_sha256(self) -> dict[str, str]:
-        """SHA-256 of every file the sweep reads, by path: the TOML file and the files of
-        every point's family (banks, corpora, weights)."""
+        """SHA-256 of every file the sweep reads, by path: the TOML file, the files of
+        every point's family (banks, corpora, weights) and of its policies (a draft model)."""
         out = dict(self.source_sha256 or {})
         for p in self.points():
             out.update(p.family.input_files())
+        for text in {t for b in self.blocks for t in b.policies if t}:
+            out.update(parse_policy(text).input_files())    # a draft model's checkpoint
         return out
 
     @property

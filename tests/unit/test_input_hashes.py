@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from brwsim import simulate
+from brwsim import parse_family, simulate
 from brwsim.bank.store import BANK_VARIABLES, bank_dataset
 from brwsim.families import Empirical, Mixture, Uniform
 from brwsim.io import file_sha256
@@ -49,3 +49,29 @@ path = "{bank}"
     assert cfg.input_sha256() == {str(toml): file_sha256(toml), str(bank): file_sha256(bank)}
     assert load_config({"sweep": {"iterations": 10, "budgets": [1],
                                   "family": [{"name": "uniform", "k": 2}]}}).input_sha256() == {}
+
+
+def test_a_drafter_run_and_sweep_record_the_draft_checkpoint(tmp_path):
+    from brwsim.families.transformer import shipped_checkpoint
+
+    folder = shipped_checkpoint("draft")
+    draft = {f"{folder}/{name}": file_sha256(f"{folder}/{name}")
+             for name in ("config.json", "model.safetensors")}
+    ds = simulate(parse_family("transformer(path=target, prompt='def f(x):')"), [1, 2], 2,
+                  policies=["optimal()", "drafter(path=draft)"])
+    recorded = json.loads(ds.attrs["input_sha256"])
+    assert draft.items() <= recorded.items()
+    assert any(path.endswith("target/model.safetensors") for path in recorded)
+    toml = tmp_path / "sweep.toml"
+    toml.write_text("""[sweep]
+iterations = 2
+budgets = [1, 2]
+
+[[sweep.family]]
+family = ["transformer(path=target, prompt='x = 1')"]
+
+[[sweep.policy]]
+name = "drafter"
+path = "draft"
+""")
+    assert draft.items() <= load_config(toml).input_sha256().items()
