@@ -7,17 +7,30 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from brwsim.families.base import Moments, check_int, check_positive
+from brwsim.families.base import Component, Moments, check_int, check_positive
 from brwsim.families.orderstat import _OrderStatFamily
+from brwsim.kernels import dist as K
 from brwsim.theory.beta_laws import beta_step_law
 from brwsim.theory.laws import SpineLaw
 from brwsim.validate import MAX_VOCAB
 
-__all__ = ["Dirichlet"]
+__all__ = ["Dirichlet", "WINDOW"]
+
+
+#: Ranks a node lists at a time (the whole vocabulary up to this size, see
+#: ``brwsim.kernels.dist._dirichlet_fill``).
+WINDOW = 1024
 
 
 class Dirichlet(_OrderStatFamily):
     """Symmetric Dirichlet(alpha) over ``vocab`` tokens (normalised Gamma(alpha) weights).
+
+    Nodes are drawn exactly and lazily at every vocabulary by binary aggregation (halves
+    of the vocabulary split by Beta(m1 alpha, m2 alpha) fractions, groups below the
+    caller's cut-off never split, ``brwsim.kernels.dist._dirichlet_fill``), so a node
+    costs about log2(vocab) beta draws in a tree pass instead of ``vocab`` weights.
+    Tempered (``beta != 1``) nodes, whose normaliser needs every weight, keep the order
+    statistics of :class:`~brwsim.families.orderstat._OrderStatFamily`.
 
     Moments are exact: with A = vocab * alpha,
     mu = psi(A + 1) - psi(alpha + 1) and
@@ -37,6 +50,13 @@ class Dirichlet(_OrderStatFamily):
 
     def params(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "vocab": self.vocab}
+
+    def components(self, beta: float = 1.0) -> list[Component]:
+        if beta != 1.0:
+            return super().components(beta)
+        window = min(self.vocab, WINDOW)
+        return [Component(K.DIRICHLET, [self.alpha], [self.vocab, window],
+                          head_cap=K.dirichlet_head_cap(window))]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         # log G = log G(alpha + 1) + log(U) / alpha: no underflow for tiny alpha
