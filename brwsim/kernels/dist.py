@@ -73,7 +73,7 @@ LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fp
 TRANSFORMER = 10  # GPT-2 / Llama checkpoint (brwsim.kernels.transformer): fpar[c] = beta, carry,
                   # window; ipar[c, 2] = context slots (window + carry)
 DIRICHLET = 11   # symmetric Dirichlet by binary aggregation: fpar[c, 0] = alpha,
-                 # ipar[c, 2] = vocab, ipar[c, 3] = window (see _dirichlet_fill)
+                 # ipar[c, 2] = vocab (see _dirichlet_init)
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -99,7 +99,6 @@ NEG_INF = -np.inf
 # Early exit is taken only with this relative margin, so it never decides a rank that the
 # exact comparison in the caller would decide otherwise.
 _EXIT_MARGIN = 1.0 + 1e-9
-_EXIT_MARGIN_REL = 1e-9
 # Lazy tail: rank r absorbs g times its mean share of the tail-sum discrepancy, with
 # g = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * (mu / mu_0)**_GAIN_POW rising from 0.6 at the
 # first tail rank (the spread of exact partial sums of Dirichlet(0.05, 2048) at ranks
@@ -229,188 +228,142 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
     return math.log(out) if out > 0.0 else NEG_INF
 
 
-# DIRICHLET head row: the window's log-probabilities [0, w), their token indices [w, 2w),
-# then the depth-first stack of groups, DIR_STACK entries of (log mass, first token, size,
-# id). The stack never holds more than about 2 log2(vocab) groups.
-DIR_STACK = 96
+# DIRICHLET head row: the listed log-probabilities [0, vocab), then the depth-first stack
+# of groups, DIR_STACK entries of (log mass, size, id); the stack never holds more than
+# about log2(vocab) + 2 groups.
+DIR_STACK = 64
 _GROUP_KEY = np.uint64(0x9E3779B97F4A7C15)
+_JOHNK_BELOW = 1.5
+_LOG_HALF = math.log(0.5)
 
 
-def dirichlet_head_cap(window: int) -> int:
-    """Head entries a DIRICHLET level needs for a window of ``window`` ranks."""
-    return 2 * window + 4 * DIR_STACK
-
-
-@kernel
-def _dir_worse(head, w, i, j):
-    """Window entry i comes after entry j in rank order (smaller q, then larger token)."""
-    a = head[i]
-    b = head[j]
-    if a != b:
-        return a < b
-    return head[w + i] > head[w + j]
+def dirichlet_head_cap(vocab: int) -> int:
+    """Head entries of a DIRICHLET level over ``vocab`` tokens."""
+    return vocab + 3 * DIR_STACK
 
 
 @kernel
-def _dir_sift(head, w, i, k):
-    """Sift entry i down the window's min-heap (worst entry on top) of k entries."""
+def _dir_sift(row, i, k):
+    """Sift entry i down the min-heap row[:k]."""
     while True:
         c = 2 * i + 1
         if c >= k:
             return
-        if c + 1 < k and _dir_worse(head, w, c + 1, c):
+        if c + 1 < k and row[c + 1] < row[c]:
             c += 1
-        if not _dir_worse(head, w, c, i):
+        if not row[c] < row[i]:
             return
-        head[i], head[c] = head[c], head[i]
-        head[w + i], head[w + c] = head[w + c], head[w + i]
+        row[i], row[c] = row[c], row[i]
         i = c
 
 
 @kernel
-def _dirichlet_fill(fpar, ipar, c, dk, d, lf, li, head):
-    """The next window of ranks of a DIRICHLET level, sorted, into its head row.
+def _log_beta_split(a, b, gk):
+    """(log B, log(1 - B)) for B ~ Beta(a, b), from the stream ``gk`` (exact).
+
+    Equal shapes a = b >= 1 (the halves of an even group) use Ulrich's polar method, one
+    pair of uniforms and no rejection. Small shapes (a + b <= _JOHNK_BELOW) use Johnk's method: X = U**(1/a), Y = V**(1/b),
+    accepted when X + Y <= 1, then B = X / (X + Y), all in logs (acceptance
+    Gamma(a + 1) Gamma(b + 1) / Gamma(a + b + 1) >= 0.63 here; uniforms 2i, 2i + 1 of
+    round i). Larger ones, or the unheard-of 64 rejections, take two Marsaglia-Tsang
+    gammas G1 / (G1 + G2) from streams of their own.
+    """
+    if a == b and a >= 1.0:
+        # Ulrich (1984): B = (1 + sin(2 pi V) sqrt(1 - U**(2 / (2a - 1)))) / 2, no rejection
+        sr = math.sin(2.0 * math.pi * unit(gk, 1)) * math.sqrt(
+            -math.expm1(2.0 * math.log(unit(gk, 0)) / (2.0 * a - 1.0)))
+        return _LOG_HALF + math.log1p(sr), _LOG_HALF + math.log1p(-sr)
+    if a + b <= _JOHNK_BELOW:
+        for i in range(64):
+            lx = math.log(unit(gk, 2 * i)) / a
+            ly = math.log(unit(gk, 2 * i + 1)) / b
+            if lx >= ly:
+                lt = lx + math.log1p(math.exp(ly - lx))
+            else:
+                lt = ly + math.log1p(math.exp(lx - ly))
+            if lt <= 0.0:
+                return lx - lt, ly - lt
+    x1, b1 = gamma_parts(a, mix(gk ^ np.uint64(1)))
+    x2, b2 = gamma_parts(b, mix(gk ^ np.uint64(2)))
+    if b1 == 0.0 and b2 == 0.0:         # both shapes >= 1: the gammas themselves
+        inv = 1.0 / (x1 + x2)
+        return math.log(x1 * inv), math.log(x2 * inv)
+    lg1 = math.log(x1) + b1             # a shape below 1: in logs, G = x exp(b)
+    lg2 = math.log(x2) + b2
+    if lg1 >= lg2:
+        lt = lg1 + math.log1p(math.exp(lg2 - lg1))
+    else:
+        lt = lg2 + math.log1p(math.exp(lg1 - lg2))
+    return lg1 - lt, lg2 - lt
+
+
+@kernel
+def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
+    """A DIRICHLET level: the node's ranks above ``min_logq``, sorted, in its head row.
 
     A symmetric Dirichlet(alpha) over n tokens is a binary aggregation tree (exact): a
     group of m tokens with mass M splits into its first m1 = m // 2 tokens and the other
-    m2 with masses M B and M (1 - B), B ~ Beta(m1 alpha, m2 alpha) = G1 / (G1 + G2)
-    independent of M and of every other split; a group of one token is that token's
-    probability. Group g (the root is 1, the halves of g are 2g and 2g + 1) draws its two
-    gammas (:func:`brwsim.kernels.rng.gamma_parts`, in logs when a shape is below 1) from its own stream, a
-    hash of (node key, g), so a token's probability is the same sum of logs whichever
-    groups are visited: the node is a function of its key, as every node is.
+    m2 with masses M B and M (1 - B), B ~ Beta(m1 alpha, m2 alpha) independent of M and
+    of every other split; a group of one token is that token's probability. Group g (the
+    root is 1, the halves of g are 2g and 2g + 1) draws its B (:func:`_log_beta_split`)
+    from its own stream, a hash of (node key, g), so a token's log-probability is the
+    same sum whichever groups are visited: the node is a function of its key, and the
+    ranks above any cut-off are the same numbers for every cut-off.
 
-    A group's mass bounds each of its tokens, so a depth-first walk that skips groups
-    below the cut-off ``lf[d, 0]`` (log) finds exactly the tokens above it. The window
-    holds the ``ipar[c, 3]`` first of them in rank order (q descending, then token index)
-    after the boundary (``lf[d, 1]`` log q, ``lf[d, 2]`` token) of the previous window: a
-    min-heap whose worst entry becomes the walk's cut-off once it is full. ``lf[d, 3]`` is
-    1 when the window ends the ranks above the cut-off, else 0 (dist_next fills the next
-    window, from the root again, when this one is used up). Visiting the groups with mass
-    above q costs about log2(n) splits per node when q is uniform on (0, 1), as the
-    threshold pass's cut-off q = lam / p(v) about is, against n gammas for the whole
-    distribution.
+    A group's mass bounds each of its tokens, so a depth-first walk that never splits a
+    group below the cut-off (less a relative margin of 1e-9, so no rank the caller would
+    use is missed) finds exactly the tokens above it. With q = exp(min_logq) the walk
+    splits the groups of mass >= q: about one per level of the tree (log2 n) when q is
+    uniform on (0, 1), as the threshold pass's lam / p(v) about is, and about log2 n per
+    listed rank. ``li[d, 3]`` is the number of listed ranks.
     """
     alpha = fpar[c, 0]
-    w = ipar[c, 3]
+    n = ipar[c, 2]
+    cut = min_logq - 1e-9 * (1.0 + abs(min_logq)) if min_logq > -np.inf else NEG_INF
     row = head[d]
-    cut = lf[d, 0]
-    bm = lf[d, 1]
-    bi = lf[d, 2]
-    thr = cut
     k = 0
-    dropped = False
-    sb = 2 * w                          # stack base
+    sb = n                              # stack base
     row[sb] = 0.0
-    row[sb + 1] = 0.0
-    row[sb + 2] = ipar[c, 2]
-    row[sb + 3] = 1.0
+    row[sb + 1] = n
+    row[sb + 2] = 1.0
     sp = 1
     while sp > 0:
         sp -= 1
-        o = sb + 4 * sp
+        o = sb + 3 * sp
         lm = row[o]
-        if lm < thr:
-            if lm >= cut:
-                dropped = True
+        m = np.int64(row[o + 1])
+        if m == 1:                      # a token above the cut-off: onto the min-heap
+            i = k
+            row[i] = lm
+            k += 1
+            while i > 0:
+                p = (i - 1) >> 1
+                if not row[i] < row[p]:
+                    break
+                row[i], row[p] = row[p], row[i]
+                i = p
             continue
-        lo = row[o + 1]
-        m = np.int64(row[o + 2])
-        if m == 1:
-            if lm < bm or (lm == bm and lo > bi):       # after the previous window
-                if k < w:
-                    # push onto the min-heap (worst on top)
-                    i = k
-                    row[i] = lm
-                    row[w + i] = lo
-                    k += 1
-                    while i > 0:
-                        p = (i - 1) >> 1
-                        if not _dir_worse(row, w, i, p):
-                            break
-                        row[i], row[p] = row[p], row[i]
-                        row[w + i], row[w + p] = row[w + p], row[w + i]
-                        i = p
-                    if k == w and row[0] > thr:
-                        thr = row[0]
-                else:
-                    dropped = True
-                    if lm > row[0] or (lm == row[0] and lo < row[w]):
-                        row[0] = lm
-                        row[w] = lo
-                        _dir_sift(row, w, 0, k)
-                        if row[0] > thr:
-                            thr = row[0]
-            continue
-        g = row[o + 3]
+        g = row[o + 2]
         m1 = m // 2
-        gk = mix(dk + np.uint64(g) * _GROUP_KEY)
-        x1, b1 = gamma_parts(m1 * alpha, mix(gk ^ np.uint64(1)))
-        x2, b2 = gamma_parts((m - m1) * alpha, mix(gk ^ np.uint64(2)))
-        if b1 == 0.0 and b2 == 0.0:     # both shapes >= 1: the gammas themselves
-            inv = 1.0 / (x1 + x2)
-            l1 = lm + math.log(x1 * inv)
-            l2 = lm + math.log(x2 * inv)
-        else:                           # a tiny shape: in logs, G = x exp(b)
-            lg1 = math.log(x1) + b1
-            lg2 = math.log(x2) + b2
-            if lg1 >= lg2:
-                lt = lg1 + math.log1p(math.exp(lg2 - lg1))
-            else:
-                lt = lg2 + math.log1p(math.exp(lg1 - lg2))
-            l1 = lm + (lg1 - lt)
-            l2 = lm + (lg2 - lt)
-        # push the lighter half first: the heavier one is walked first
+        lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha,
+                                   mix(dk + np.uint64(g) * _GROUP_KEY))
+        l1 = lm + lb1
+        l2 = lm + lb2
+        # push the lighter half first, so that the heavier one is walked first
         for h in range(2):
             first = (l1 < l2) == (h == 0)
             lh = l1 if first else l2
-            if lh < thr:
-                if lh >= cut:
-                    dropped = True
-                continue
-            o = sb + 4 * sp
-            row[o] = lh
-            row[o + 1] = lo if first else lo + m1
-            row[o + 2] = m1 if first else m - m1
-            row[o + 3] = 2.0 * g if first else 2.0 * g + 1.0
-            sp += 1
-    # heap sort: the worst entry goes last, so the window comes out in rank order
+            if lh >= cut:
+                o = sb + 3 * sp
+                row[o] = lh
+                row[o + 1] = m1 if first else m - m1
+                row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
+                sp += 1
+    # heap sort: the smallest goes last, so the ranks come out in non-increasing order
     for e in range(k - 1, 0, -1):
         row[0], row[e] = row[e], row[0]
-        row[w], row[w + e] = row[w + e], row[w]
-        _dir_sift(row, w, 0, e)
+        _dir_sift(row, 0, e)
     li[d, 3] = k
-    lf[d, 3] = 0.0 if dropped else 1.0
-
-
-@kernel
-def _dirichlet_init(fpar, ipar, c, dk, d, lf, li, head, min_logq):
-    """Set up a DIRICHLET level: the first window of ranks above ``min_logq`` (less a
-    relative margin, so no rank the caller would use is missed)."""
-    lf[d, 0] = min_logq - _EXIT_MARGIN_REL * (1.0 + abs(min_logq)) if min_logq > -np.inf else NEG_INF
-    lf[d, 1] = np.inf
-    lf[d, 2] = -1.0
-    li[d, 5] = 0
-    _dirichlet_fill(fpar, ipar, c, dk, d, lf, li, head)
-
-
-@kernel
-def _dirichlet_next(fpar, ipar, c, key, r, d, lf, li, head):
-    """Log-probability of rank ``r`` of a DIRICHLET level (-inf past the cut-off)."""
-    j = r - li[d, 5]
-    k = li[d, 3]
-    if j >= k:
-        if lf[d, 3] == 1.0 or k == 0:
-            return NEG_INF
-        w = ipar[c, 3]
-        lf[d, 1] = head[d, k - 1]
-        lf[d, 2] = head[d, w + k - 1]
-        li[d, 5] = r
-        _dirichlet_fill(fpar, ipar, c, purpose_key(key, DIST), d, lf, li, head)
-        j = 0
-        if li[d, 3] == 0:
-            return NEG_INF
-    return head[d, j]
 
 
 @kernel
@@ -691,7 +644,7 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     elif kind == ORDERSTAT:
         _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
     elif kind == DIRICHLET:
-        _dirichlet_init(fpar, ipar, c, dk, d, lf, li, head, min_logq)
+        _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq)
     elif kind == ENTROPY:
         # data holds (shape parameter, log normaliser) per entropy value, tempered
         off, n_vals = ipar[c, 0], ipar[c, 1] // 2
@@ -772,8 +725,8 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
             out = head[d, r]
         elif r < n:
             out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
-    elif kind == DIRICHLET:
-        out = _dirichlet_next(fpar, ipar, c, key, r, d, lf, li, head)
+    elif kind == DIRICHLET and r < li[d, 3]:
+        out = head[d, r]
     elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:
         out = head[d, r]
     return out

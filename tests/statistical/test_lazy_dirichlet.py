@@ -1,12 +1,14 @@
 """Exact lazy Dirichlet nodes (binary aggregation) against the full numpy sampler.
 
-``brwsim.kernels.dist._dirichlet_fill`` draws a node by splitting the vocabulary in halves
-with Beta fractions and never splits a group below the caller's cut-off. Its nodes must
-have the law of ``Dirichlet.sample_full`` (top-1 and top-2 masses, two-sample KS at
-alpha = 1e-3) at vocabularies 2 to 32000, its trees the per-tree law of E[X | T_P] of the
-plain-Python reference driven by the full sampler, and the ranks above a cut-off must not
-depend on the cut-off (a node is a function of its key). A negative control shows the KS
-test sees a 30% change of alpha.
+``brwsim.kernels.dist._dirichlet_init`` draws a node by splitting the vocabulary in halves
+with Beta fractions and never splits a group below the caller's cut-off. ``Dirichlet``
+uses it only where it was measured faster (small alpha, vocab 100-1024); its law is
+checked here at every vocabulary (2 to 32000) and alpha 0.05-1 by forcing the component.
+Nodes must have the law of ``Dirichlet.sample_full`` (top-1 and top-2 masses, two-sample
+KS at alpha = 1e-3), trees the per-tree law of E[X | T_P] of the plain-Python reference
+driven by the full sampler and the family's exact mean E[X | T_1] = E[q_(1)], and the
+ranks above a cut-off must not depend on the cut-off (a node is a function of its key).
+A negative control shows the KS test sees a 30% change of alpha.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from scipy import stats
 
 from brwsim import Dirichlet
 from brwsim.environment import node_logprobs
+from brwsim.families.dirichlet import aggregation_component
 from brwsim.kernels import dist as K
+from brwsim.kernels.spec import compile_spec
 from brwsim.reference import best_first, sampling_provider
 from brwsim.simulate import run_iterations, seed_key, validate_budgets
 
@@ -29,8 +33,13 @@ def _top2(q):
     return q[0], round(float(q[:2].sum()), 12)       # (exactly 1 at vocab 2, to rounding)
 
 
+def _spec(fam):
+    """The aggregation sampler's spec for ``fam``, whichever sampler the family picks."""
+    return compile_spec([aggregation_component(fam.alpha, fam.vocab)])
+
+
 def _lazy(fam, n=N_NODES):
-    spec = fam.spec()
+    spec = _spec(fam)
     return np.array([_top2(np.exp(node_logprobs(spec, 1, i, (i % 3,), 2))) for i in range(n)])
 
 
@@ -42,7 +51,6 @@ def _exact(fam, n=N_NODES, seed=0):
 @pytest.mark.parametrize("alpha,vocab", CASES)
 def test_lazy_nodes_match_the_full_sampler(alpha, vocab):
     fam = Dirichlet(alpha, vocab)
-    assert fam.spec().kinds[0] == K.DIRICHLET
     lazy, exact = _lazy(fam), _exact(fam)
     for j, name in enumerate(("top-1", "top-2")):
         p = stats.ks_2samp(lazy[:, j], exact[:, j]).pvalue
@@ -57,7 +65,7 @@ def test_negative_control_detects_a_wrong_alpha():
 
 @pytest.mark.parametrize("vocab", [10, 3000])
 def test_whole_nodes_sum_to_one_in_rank_order(vocab):
-    spec = Dirichlet(0.3, vocab).spec()
+    spec = _spec(Dirichlet(0.3, vocab))
     for it in range(20):
         lq = node_logprobs(spec, 5, it, (), vocab + 1)
         assert lq[-1] == -np.inf
@@ -81,7 +89,7 @@ def test_ranks_above_a_cut_off_do_not_depend_on_it():
         for r in range(out.shape[0]):
             out[r] = K.dist_next(fpar, ipar, data, key, 0, lf, li, head)
 
-    spec = Dirichlet(0.05, 3000).spec()
+    spec = _spec(Dirichlet(0.05, 3000))
     args = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap)
     for i in range(30):
         key = np.uint64(root_key(np.uint64(9), np.int64(i)))
@@ -98,9 +106,28 @@ def test_ranks_above_a_cut_off_do_not_depend_on_it():
 @pytest.mark.parametrize("alpha,vocab,p", [(0.05, 200, 64), (0.3, 10, 32), (1.0, 200, 16)])
 def test_per_tree_law_matches_the_reference_with_full_sampling(alpha, vocab, p):
     fam = Dirichlet(alpha, vocab)
-    lazy = run_iterations(fam.spec(), validate_budgets([p]), seed_key(21), 0, 1500)[1][0]
+    lazy = run_iterations(_spec(fam), validate_budgets([p]), seed_key(21), 0, 1500)[1][0]
     rng = np.random.default_rng(22)
     exact = np.array([best_first(sampling_provider(fam, rng), [p])[0][0] for _ in range(400)])
     assert stats.ks_2samp(lazy, exact).pvalue > 1e-3
     se = np.sqrt(lazy.var(ddof=1) / lazy.size + exact.var(ddof=1) / exact.size)
     assert abs(lazy.mean() - exact.mean()) < 4.5 * se
+
+
+@pytest.mark.parametrize("alpha,vocab", [(0.05, 200), (1.0, 10)])
+def test_top1_tree_matches_the_exact_mean(alpha, vocab):
+    """E[X | T_1] is the mean largest probability: against the same mean by numpy (1e5 nodes)."""
+    fam = Dirichlet(alpha, vocab)
+    lazy = run_iterations(_spec(fam), validate_budgets([1]), seed_key(23), 0, 20000)[1][0]
+    rng = np.random.default_rng(24)
+    top = np.sort(rng.dirichlet(np.full(vocab, alpha), size=100000), axis=1)[:, -1]
+    se = np.sqrt(lazy.var(ddof=1) / lazy.size + top.var(ddof=1) / top.size)
+    assert abs(lazy.mean() - top.mean()) < 4.5 * se
+
+
+def test_the_family_picks_aggregation_where_it_is_faster():
+    assert Dirichlet(0.05, 200).spec().kinds[0] == K.DIRICHLET
+    assert Dirichlet(0.05, 1024).spec().kinds[0] == K.DIRICHLET
+    for fam in (Dirichlet(0.3, 200), Dirichlet(0.05, 10), Dirichlet(0.05, 32000)):
+        assert fam.spec().kinds[0] == K.ORDERSTAT
+    assert compile_spec(Dirichlet(0.05, 200).components(1 / 0.7)).kinds[0] == K.ORDERSTAT
