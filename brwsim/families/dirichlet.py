@@ -17,9 +17,10 @@ from brwsim.validate import MAX_VOCAB
 __all__ = ["Dirichlet", "AGGREGATE_ALPHA", "AGGREGATE_VOCAB", "aggregation_component"]
 
 
-#: Nodes are drawn by binary aggregation when alpha is below this and the vocabulary lies
-#: in AGGREGATE_VOCAB (inclusive), where that was measured faster than order statistics.
-AGGREGATE_ALPHA = 0.08
+#: Nodes are drawn by binary aggregation when alpha and the vocabulary lie in these ranges
+#: (alpha's upper end excluded), where that was measured faster than order statistics; an
+#: alpha below 1e-6 keeps the order statistics' handling of degenerate float64 numbers.
+AGGREGATE_ALPHA = (1e-6, 0.08)
 AGGREGATE_VOCAB = (100, LAZY_ABOVE)
 
 
@@ -31,7 +32,7 @@ def aggregation_component(alpha: float, vocab: int) -> Component:
 class Dirichlet(_OrderStatFamily):
     """Symmetric Dirichlet(alpha) over ``vocab`` tokens (normalised Gamma(alpha) weights).
 
-    Two exact samplers draw a node, both a function of the node's key. For alpha below
+    Two exact samplers draw a node, both a function of the node's key. For alpha in
     ``AGGREGATE_ALPHA`` at vocabularies in ``AGGREGATE_VOCAB``: binary aggregation (halves
     of the vocabulary split by Beta(m1 alpha, m2 alpha) fractions, groups below the
     caller's cut-off never split, ``brwsim.kernels.dist._dirichlet_init``): about
@@ -63,8 +64,8 @@ class Dirichlet(_OrderStatFamily):
         return {"alpha": self.alpha, "vocab": self.vocab}
 
     def components(self, beta: float = 1.0) -> list[Component]:
-        lo, hi = AGGREGATE_VOCAB
-        if beta == 1.0 and self.alpha < AGGREGATE_ALPHA and lo <= self.vocab <= hi:
+        (a_lo, a_hi), (v_lo, v_hi) = AGGREGATE_ALPHA, AGGREGATE_VOCAB
+        if beta == 1.0 and a_lo <= self.alpha < a_hi and v_lo <= self.vocab <= v_hi:
             return [aggregation_component(self.alpha, self.vocab)]
         return super().components(beta)
 
