@@ -243,18 +243,20 @@ def dirichlet_head_cap(vocab: int) -> int:
 
 
 @kernel
-def _dir_sift(row, i, k):
-    """Sift entry i down the min-heap row[:k]."""
-    while True:
-        c = 2 * i + 1
-        if c >= k:
-            return
-        if c + 1 < k and row[c + 1] < row[c]:
-            c += 1
-        if not row[c] < row[i]:
-            return
-        row[i], row[c] = row[c], row[i]
-        i = c
+def _sort_descending(row, k):
+    """Sort row[:k] into non-increasing order in place (Shell sort, Knuth's gaps)."""
+    h = 1
+    while h < k // 3:
+        h = 3 * h + 1
+    while h >= 1:
+        for i in range(h, k):
+            x = row[i]
+            j = i
+            while j >= h and row[j - h] < x:
+                row[j] = row[j - h]
+                j -= h
+            row[j] = x
+        h //= 3
 
 
 @kernel
@@ -332,16 +334,9 @@ def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
         o = sb + 3 * sp
         lm = row[o]
         m = np.int64(row[o + 1])
-        if m == 1:                      # a token above the cut-off: onto the min-heap
-            i = k
-            row[i] = lm
+        if m == 1:                      # a token above the cut-off
+            row[k] = lm
             k += 1
-            while i > 0:
-                p = (i - 1) >> 1
-                if not row[i] < row[p]:
-                    break
-                row[i], row[p] = row[p], row[i]
-                i = p
             continue
         g = row[o + 2]
         m1 = m // 2
@@ -359,10 +354,7 @@ def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
                 row[o + 1] = m1 if first else m - m1
                 row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
                 sp += 1
-    # heap sort: the smallest goes last, so the ranks come out in non-increasing order
-    for e in range(k - 1, 0, -1):
-        row[0], row[e] = row[e], row[0]
-        _dir_sift(row, 0, e)
+    _sort_descending(row, k)
     li[d, 3] = k
 
 
