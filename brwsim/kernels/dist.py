@@ -56,7 +56,7 @@ from numba.extending import overload
 from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
-from brwsim.kernels.rng import DIST, REGIME, gamma, mix, normal, purpose_key, unit
+from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
 from brwsim.kernels.transformer import transformer_init
 
@@ -72,6 +72,8 @@ NGRAM = 8    # Kneser-Ney n-gram: tables in data (brwsim.kernels.ngram), fpar[c,
 LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fpar[c] = beta, carry
 TRANSFORMER = 10  # GPT-2 / Llama checkpoint (brwsim.kernels.transformer): fpar[c] = beta, carry,
                   # window; ipar[c, 2] = context slots (window + carry)
+DIRICHLET = 11   # symmetric Dirichlet by binary aggregation: fpar[c, 0] = alpha,
+                 # ipar[c, 2] = vocab (see _dirichlet_init)
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -224,6 +226,136 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
     lf[d, 2] = left - out
     lf[d, 3] = out
     return math.log(out) if out > 0.0 else NEG_INF
+
+
+# DIRICHLET head row: the listed log-probabilities [0, vocab), then the depth-first stack
+# of groups, DIR_STACK entries of (log mass, size, id); the stack never holds more than
+# about log2(vocab) + 2 groups.
+DIR_STACK = 64
+_GROUP_KEY = np.uint64(0x9E3779B97F4A7C15)
+_JOHNK_BELOW = 1.5
+_LOG_HALF = math.log(0.5)
+
+
+def dirichlet_head_cap(vocab: int) -> int:
+    """Head entries of a DIRICHLET level over ``vocab`` tokens."""
+    return vocab + 3 * DIR_STACK
+
+
+@kernel
+def _sort_descending(row, k):
+    """Sort row[:k] into non-increasing order in place (Shell sort, Knuth's gaps)."""
+    h = 1
+    while h < k // 3:
+        h = 3 * h + 1
+    while h >= 1:
+        for i in range(h, k):
+            x = row[i]
+            j = i
+            while j >= h and row[j - h] < x:
+                row[j] = row[j - h]
+                j -= h
+            row[j] = x
+        h //= 3
+
+
+@kernel
+def _log_beta_split(a, b, gk):
+    """(log B, log(1 - B)) for B ~ Beta(a, b), from the stream ``gk`` (exact).
+
+    Equal shapes a = b >= 1 (the halves of an even group) use Ulrich's polar method, one
+    pair of uniforms and no rejection. Small shapes (a + b <= _JOHNK_BELOW) use Johnk's method: X = U**(1/a), Y = V**(1/b),
+    accepted when X + Y <= 1, then B = X / (X + Y), all in logs (acceptance
+    Gamma(a + 1) Gamma(b + 1) / Gamma(a + b + 1) >= 0.63 here; uniforms 2i, 2i + 1 of
+    round i). Larger ones, or the unheard-of 64 rejections, take two Marsaglia-Tsang
+    gammas G1 / (G1 + G2) from streams of their own.
+    """
+    if a == b and a >= 1.0:
+        # Ulrich (1984): B = (1 + sin(2 pi V) sqrt(1 - U**(2 / (2a - 1)))) / 2, no rejection
+        sr = math.sin(2.0 * math.pi * unit(gk, 1)) * math.sqrt(
+            -math.expm1(2.0 * math.log(unit(gk, 0)) / (2.0 * a - 1.0)))
+        return _LOG_HALF + math.log1p(sr), _LOG_HALF + math.log1p(-sr)
+    if a + b <= _JOHNK_BELOW:
+        for i in range(64):
+            lx = math.log(unit(gk, 2 * i)) / a
+            ly = math.log(unit(gk, 2 * i + 1)) / b
+            if lx >= ly:
+                lt = lx + math.log1p(math.exp(ly - lx))
+            else:
+                lt = ly + math.log1p(math.exp(lx - ly))
+            if lt <= 0.0:
+                return lx - lt, ly - lt
+    x1, b1 = gamma_parts(a, mix(gk ^ np.uint64(1)))
+    x2, b2 = gamma_parts(b, mix(gk ^ np.uint64(2)))
+    if b1 == 0.0 and b2 == 0.0:         # both shapes >= 1: the gammas themselves
+        inv = 1.0 / (x1 + x2)
+        return math.log(x1 * inv), math.log(x2 * inv)
+    lg1 = math.log(x1) + b1             # a shape below 1: in logs, G = x exp(b)
+    lg2 = math.log(x2) + b2
+    if lg1 >= lg2:
+        lt = lg1 + math.log1p(math.exp(lg2 - lg1))
+    else:
+        lt = lg2 + math.log1p(math.exp(lg1 - lg2))
+    return lg1 - lt, lg2 - lt
+
+
+@kernel
+def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
+    """A DIRICHLET level: the node's ranks above ``min_logq``, sorted, in its head row.
+
+    A symmetric Dirichlet(alpha) over n tokens is a binary aggregation tree (exact): a
+    group of m tokens with mass M splits into its first m1 = m // 2 tokens and the other
+    m2 with masses M B and M (1 - B), B ~ Beta(m1 alpha, m2 alpha) independent of M and
+    of every other split; a group of one token is that token's probability. Group g (the
+    root is 1, the halves of g are 2g and 2g + 1) draws its B (:func:`_log_beta_split`)
+    from its own stream, a hash of (node key, g), so a token's log-probability is the
+    same sum whichever groups are visited: the node is a function of its key, and the
+    ranks above any cut-off are the same numbers for every cut-off.
+
+    A group's mass bounds each of its tokens, so a depth-first walk that never splits a
+    group below the cut-off (less a relative margin of 1e-9, so no rank the caller would
+    use is missed) finds exactly the tokens above it. With q = exp(min_logq) the walk
+    splits the groups of mass >= q: about one per level of the tree (log2 n) when q is
+    uniform on (0, 1), as the threshold pass's lam / p(v) about is, and about log2 n per
+    listed rank. ``li[d, 3]`` is the number of listed ranks.
+    """
+    alpha = fpar[c, 0]
+    n = ipar[c, 2]
+    cut = min_logq - 1e-9 * (1.0 + abs(min_logq)) if min_logq > -np.inf else NEG_INF
+    row = head[d]
+    k = 0
+    sb = n                              # stack base
+    row[sb] = 0.0
+    row[sb + 1] = n
+    row[sb + 2] = 1.0
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        o = sb + 3 * sp
+        lm = row[o]
+        m = np.int64(row[o + 1])
+        if m == 1:                      # a token above the cut-off
+            row[k] = lm
+            k += 1
+            continue
+        g = row[o + 2]
+        m1 = m // 2
+        lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha,
+                                   mix(dk + np.uint64(g) * _GROUP_KEY))
+        l1 = lm + lb1
+        l2 = lm + lb2
+        # push the lighter half first, so that the heavier one is walked first
+        for h in range(2):
+            first = (l1 < l2) == (h == 0)
+            lh = l1 if first else l2
+            if lh >= cut:
+                o = sb + 3 * sp
+                row[o] = lh
+                row[o + 1] = m1 if first else m - m1
+                row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
+                sp += 1
+    _sort_descending(row, k)
+    li[d, 3] = k
 
 
 @kernel
@@ -503,6 +635,8 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
         _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
     elif kind == ORDERSTAT:
         _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
+    elif kind == DIRICHLET:
+        _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq)
     elif kind == ENTROPY:
         # data holds (shape parameter, log normaliser) per entropy value, tempered
         off, n_vals = ipar[c, 0], ipar[c, 1] // 2
@@ -583,6 +717,8 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
             out = head[d, r]
         elif r < n:
             out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
+    elif kind == DIRICHLET and r < li[d, 3]:
+        out = head[d, r]
     elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:
         out = head[d, r]
     return out

@@ -38,6 +38,16 @@ def test_uniform_partial_level():
 
 def test_matches_heapq_reference(family):
     """Same environment, same tree: E[X | T] to 1e-12, X and depth exactly."""
+    _check_reference(family)
+
+
+def test_matches_heapq_reference_on_aggregated_dirichlet():
+    """Dirichlet's binary-aggregation sampler (small alpha, vocab 100-1024), whose nodes
+    list only the ranks above the pass's cut-off."""
+    _check_reference(Dirichlet(0.05, 200))
+
+
+def _check_reference(family):
     seed = 3
     ds = simulate(family, BUDGETS, 4, seed=seed)
     for it in range(4):
