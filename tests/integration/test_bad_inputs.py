@@ -39,6 +39,13 @@ SMALL = "zipf(s=1.1, vocab=10)"
 FAST_RUN = ["--budgets", "1,4", "--iterations", "4", "--quiet"]
 
 
+def without_compile_notice(stderr: str) -> list[str]:
+    """The lines of ``stderr`` other than the compile notice's progress lines, which a cold
+    numba cache adds before anything else (brwsim.kernels._CompileNotice): progress, not
+    errors."""
+    return [ln for ln in stderr.splitlines() if not ln.startswith("brwsim: compil")]
+
+
 def listing(folder: Path) -> list[str]:
     """Every path under ``folder`` (hidden files included), relative and sorted."""
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
@@ -445,7 +452,7 @@ def test_closed_pipe_is_quiet(tmp_path, argv):
     proc.stdout.close()                        # the reader (head) is gone before any output
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
-    assert err == "", err
+    assert without_compile_notice(err) == [], err
 
 
 # --- dask ------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ from brwsim.export import engine_settings, schedule_from_rates
 from brwsim.generate import generate
 from tests.integration.test_bad_inputs import (FAST_RUN, FIXTURES, SMALL, UNIFORM_BLOCK, WRITERS,
                                                _commands, api_error, listing, memory_8gib,
-                                               one_line_error, sweep_toml)
+                                               one_line_error, sweep_toml,
+                                               without_compile_notice)
 
 __all__ = ["memory_8gib"]     # the fixture, imported for the tests below
 
@@ -232,10 +233,8 @@ def test_stdout_on_a_full_device(tmp_path, argv, buffered):
         proc = subprocess.run([sys.executable, "-m", "brwsim.cli", *argv], cwd=tmp_path,
                               stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr
-    # A cold numba cache adds the compile notice's progress lines before the error (they are
-    # progress, not errors: brwsim.kernels._CompileNotice); the error itself is one line.
-    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("brwsim: compil")]
-    assert lines == ["brwsim: error: writing stdout: No space left on device"], proc.stderr
+    assert without_compile_notice(proc.stderr) == [
+        "brwsim: error: writing stdout: No space left on device"], proc.stderr
 
 
 def test_bank_stats_plot_onto_a_full_disk_leaves_nothing(capsys, tmp_path, monkeypatch):
