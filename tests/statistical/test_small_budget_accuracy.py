@@ -38,6 +38,9 @@ def test_small_budget_bound_is_sharp_and_a_bound_on_held_out_families(text):
     sm = summarize(simulate(fam, BUDGETS, 2500, seed=2026))
     mc, se = sm.expected_mean.values, sm.expected_se.values
     res = small_budget_bound(fam, BUDGETS, seed=1)
-    tol = 4 * np.hypot(se, res.se)
-    assert np.all(res.value >= mc - tol), (res.value - mc) / np.hypot(se, res.se)
+    # 4 SE, plus float round-off: on a deterministic family (zipf with spread 0) both sides
+    # are exact and their SEs are round-off too (~1e-17), while the bound and the kernel add
+    # the same path probabilities in different orders (last-bit differences, ~5e-16).
+    tol = 4 * np.hypot(se, res.se) + 1e-12 * np.abs(mc)
+    assert np.all(res.value >= mc - tol), (res.value - mc) / mc
     assert np.all(res.value <= mc * (1 + HELD_OUT[text]) + tol), res.value / mc - 1
