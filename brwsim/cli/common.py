@@ -11,13 +11,16 @@ import argparse
 import math
 from typing import Any
 
+import numpy as np
+
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY, FAMILIES
 from brwsim.io import write_netcdf_atomic
 from brwsim.textform import parse_budgets
+from brwsim.theory import Prediction, small_budget_bound
 
 __all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se",
-           "bound_check", "reason_lines"]
+           "bound_check", "reason_lines", "small_budget_column", "SMALL_BUDGET_MAX"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
 
@@ -105,3 +108,26 @@ def write_output(ds: Any, out: str) -> None:
     if out:
         write_netcdf_atomic(ds, out)
         print(f"wrote {out}")
+
+
+#: The conditioned bound's cost grows with P (its frontier holds about P nodes per tree):
+#: beyond this budget the unconditioned bound is as sharp and the column shows n/a.
+SMALL_BUDGET_MAX = 256
+
+
+def small_budget_column(family: Any, budgets: np.ndarray) -> tuple[Prediction, str]:
+    """The proven small-budget bound (:func:`brwsim.theory.small_budget_bound`) for
+    P <= :data:`SMALL_BUDGET_MAX` (NaN elsewhere), and a note on where it is n/a (the
+    reason, for a family it does not apply to), as ``theory`` and ``run`` print it."""
+    nan = np.full(budgets.shape, np.nan)
+    small = budgets <= SMALL_BUDGET_MAX
+    if not small.any():
+        return Prediction(nan, nan), f" (n/a: computed for P <= {SMALL_BUDGET_MAX})"
+    try:
+        res = small_budget_bound(family, budgets[small])
+    except UserError as exc:
+        return Prediction(nan, nan), f" (n/a: {exc})"
+    value, se = nan.copy(), nan.copy()
+    value[small], se[small] = res.value, res.se
+    note = "" if small.all() else f" (computed for P <= {SMALL_BUDGET_MAX})"
+    return Prediction(value, se), note

@@ -12,6 +12,7 @@ from brwsim.cli.common import (
     add_command,
     bound_check,
     reason_lines,
+    small_budget_column,
     value_se,
     write_output,
 )
@@ -70,24 +71,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     opt = ds.isel(policy=0) if policies else ds          # the optimal policy comes first
     s = summarize(opt)
     mu, mu2 = float(ds["mu"]), float(ds["mu2"])
+    small, small_note = small_budget_column(family, ds["budget"].values)
     rows = []
     for i, p in enumerate(ds["budget"].values):
         e, e_se = float(s.expected_mean[i]), float(s.expected_se[i])
         rows.append([str(p), f"{float(s.accepted_mean[i]):.4f}", f"{float(s.accepted_se[i]):.4f}",
                      f"{float(s.tokens_per_call[i]):.4f}", f"{e:.4f} ± {e_se:.4f}",
-                     _fmt_se(ds, "upper_bound", i),
+                     _fmt_se(ds, "upper_bound", i), value_se(small.value[i], small.se[i]),
                      bound_check(e, e_se, float(ds["upper_bound"][i]),
                                  float(ds["upper_bound_se"][i])),
                      _fmt_se(ds, "prediction", i), value_se(float(ds["paper_bound"][i])),
                      f"{float(s.depth_mean[i]):.2f}"])
-    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T] ± SE", "upper bound", "E[X|T] vs bound",
-              "prediction", "paper bound", "depth"]
+    header = ["P", "mean X", "SE", "tau=X+1", "E[X|T] ± SE", "upper bound", "small-P bound",
+              "E[X|T] vs bound", "prediction", "paper bound", "depth"]
     print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
     se = f" (SE {float(ds['mu_se']):.2g}, {float(ds['mu2_se']):.2g})" if float(ds["mu_se"]) > 0 else " (exact)"
     print(f"mu = {mu:.6g} nats, mu2 = {mu2:.6g} nats^2{se}; natural logarithms throughout")
     print(format_table(rows, header))
     print("upper bound: a proven upper bound on E[X] (± its SE where the spine law is sampled); "
-          "'within SE': E[X|T] above it by at most 4 SE (sampling error)")
+          "small-P bound: also proven, sharp at small P (lam chosen per sampled tree; "
+          f"brwsim theory){small_note}; 'within SE': E[X|T] above the upper bound by at most "
+          "4 SE (sampling error)")
     for line in reason_lines(ds, ("upper_bound", "prediction", "paper_bound")):
         print(line)
     if policies:

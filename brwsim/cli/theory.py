@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from brwsim.cli.common import DEFAULT_BUDGETS, add_command, value_se
+from brwsim.cli.common import DEFAULT_BUDGETS, add_command, small_budget_column, value_se
 from brwsim.errors import UserError
 from brwsim.families import parse_family
 from brwsim.simulate import (
@@ -15,11 +15,9 @@ from brwsim.simulate import (
 )
 from brwsim.textform import format_table, parse_budgets
 from brwsim.theory import (
-    Prediction,
     check_family,
     paper_bound,
     paper_bound_reason,
-    small_budget_bound,
 )
 from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
 from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
@@ -58,7 +56,7 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
           f"{'' if mom.exact else f' (Monte Carlo, SE {mom.mu_se:.2g}, {mom.mu2_se:.2g})'}")
     fmt = value_se
-    small, small_note = _small_budget(family, budgets)
+    small, small_note = small_budget_column(family, budgets)
     rows = [[str(p), fmt(bound[i]), fmt(pred["upper_bound"][i], pred["upper_bound_se"][i]),
              fmt(small.value[i], small.se[i]),
              fmt(pred["prediction"][i], pred["prediction_se"][i]),
@@ -79,30 +77,6 @@ def _cmd_theory(args: argparse.Namespace) -> int:
         print("± of the proven bound and the prediction: standard error from sampling the "
               "spine-step law (no exact law for this family)")
     return 0
-
-
-#: The conditioned bound's cost grows with P (its frontier holds about P nodes per tree):
-#: beyond this budget the unconditioned bound is as sharp and the column shows n/a.
-SMALL_BUDGET_MAX = 256
-
-
-def _small_budget(family, budgets):
-    """The conditioned small-budget bound for P <= SMALL_BUDGET_MAX (NaN elsewhere), and a
-    note on where it is n/a."""
-    import numpy as np
-
-    nan = np.full(budgets.shape, np.nan)
-    small = budgets <= SMALL_BUDGET_MAX
-    if not small.any():
-        return Prediction(nan, nan), f" (n/a: computed for P <= {SMALL_BUDGET_MAX})"
-    try:
-        res = small_budget_bound(family, budgets[small])
-    except UserError as exc:
-        return Prediction(nan, nan), f" (n/a: {exc})"
-    value, se = nan.copy(), nan.copy()
-    value[small], se[small] = res.value, res.se
-    note = "" if small.all() else f" (computed for P <= {SMALL_BUDGET_MAX})"
-    return Prediction(value, se), note
 
 
 def _cmd_ceiling(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import xarray as xr
 
@@ -23,6 +24,16 @@ def test_run_writes_dataset_and_prints_table(tmp_path):
                 "--iterations", "500", "--seed", "0", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "tau=X+1" in r.stdout and "paper bound" in r.stdout
+    # the proven small-P bound next to the upper bound: the same values `theory` prints
+    from brwsim import parse_family
+    from brwsim.theory import small_budget_bound
+
+    lines = r.stdout.splitlines()
+    assert "small-P bound" in lines[2]
+    expect = small_budget_bound(parse_family("dirichlet(alpha=0.05, vocab=200)"), [1, 4, 16, 64])
+    shown = [float(ln.split()[8]) for ln in lines[4:8]]          # P, X, SE, tau, E ± SE, ub
+    assert shown == pytest.approx(np.round(expect.value, 4), abs=1e-12)
+    assert all(v <= float(ln.split()[7]) + 1e-4 for v, ln in zip(shown, lines[4:8]))
     ds = xr.open_dataset(out)
     assert list(ds.budget.values) == [1, 4, 16, 64]
     assert ds.sizes["iteration"] == 500
