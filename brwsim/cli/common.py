@@ -15,6 +15,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY, FAMILIES
+from brwsim.policies import POLICIES
 from brwsim.io import write_netcdf_atomic
 from brwsim.textform import parse_budgets
 from brwsim.theory import Prediction, small_budget_bound
@@ -32,17 +33,24 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
-def family_epilog() -> str:
-    """The family names and parameters (from ``brwsim.families.FAMILIES``) for ``--help``."""
+def family_epilog(policies: bool = False) -> str:
+    """The family names and parameters (from ``brwsim.families.FAMILIES``) for ``--help``;
+    with ``policies``, the drafting policies' too (``brwsim.policies.POLICIES``)."""
     import inspect
 
-
-    lines = ["families (name(parameters), defaults after '='; see the docstrings of brwsim.<Name>):"]
-    for name, cls in sorted(FAMILIES.items()):
+    def signature(cls: type) -> str:
         params = []
         for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):      # no parameters of its own
+                continue
             params.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
-        lines.append(f"  {name}({', '.join(params)})")
+        return ", ".join(params)
+
+    lines = ["families (name(parameters), defaults after '='; see the docstrings of brwsim.<Name>):"]
+    lines += [f"  {name}({signature(cls)})" for name, cls in sorted(FAMILIES.items())]
+    if policies:
+        lines.append("policies for --policy (see the docstrings of brwsim.policies.<Name>):")
+        lines += [f"  {name}({signature(cls)})" for name, cls in sorted(POLICIES.items())]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from brwsim.cli.common import (
     DEFAULT_BUDGETS,
     add_command,
     bound_check,
+    family_epilog,
     reason_lines,
     small_budget_column,
     value_se,
@@ -35,6 +36,7 @@ def register(sub: Any) -> None:
     """Add ``run``."""
     run = add_command(sub, "run", _cmd_run,
                       "optimal draft trees on one family; prints a table, writes netCDF", family=True)
+    run.epilog = family_epilog(policies=True)
     run.add_argument("--budgets", default=DEFAULT_BUDGETS,
                      help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), '1-8' (default 1..4096)")
     run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")

@@ -140,3 +140,16 @@ def test_outputs_get_normal_file_permissions_not_the_temporary_files(tmp_path):
         os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp left
+
+
+def test_run_help_lists_every_family_and_policy(capsys):
+    from brwsim.families import FAMILIES
+    from brwsim.policies import POLICIES
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    lines = [ln.strip() for ln in out.splitlines()]
+    for name in [*FAMILIES, *POLICIES]:
+        assert any(ln.startswith(f"{name}(") for ln in lines), name
+    assert "chain()" in lines and "optimal(max_depth=None)" in lines
