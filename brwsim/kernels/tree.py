@@ -17,6 +17,9 @@ time: a quickselect on plain float positions, then the full order only among the
 within 8 TIE_REL of the cut, see :func:`_select`) and accumulates, per budget, the path
 probabilities (in two-limb fixed point, so the sum is exact and independent of the order
 of addition, hence of the budget list and of t), the path nodes and the maximum depth.
+Large selections first split the nodes in one pass around two values read off a sample
+(:func:`_select_plain`), and a pass over a closed-form family does not set up a node whose
+rank 0 is provably above t (:func:`_top_bound`); neither changes a tree.
 
 Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
 table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
