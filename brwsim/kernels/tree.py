@@ -17,6 +17,9 @@ time: a quickselect on plain float positions, then the full order only among the
 within 8 TIE_REL of the cut, see :func:`_select`) and accumulates, per budget, the path
 probabilities (in two-limb fixed point, so the sum is exact and independent of the order
 of addition, hence of the budget list and of t), the path nodes and the maximum depth.
+Large selections first split the nodes in one pass around two values read off a sample
+(:func:`_select`), and a pass over a closed-form family does not set up a node whose
+rank 0 is provably above t (:func:`_collect`); neither changes a tree.
 
 Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
 table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
@@ -35,9 +38,12 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import (
     CTX_F,
     CTX_I,
+    GEOMETRIC,
     LEVEL_F,
     LEVEL_I,
     ROOT_DRAW,
+    UNIFORM,
+    ZIPF,
     closed_form,
     closed_init,
     closed_next,
@@ -99,6 +105,36 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
     """
     n_levels = keys.shape[0]
     t = _tie_cut(t)
+    # an upper bound on every node's rank-0 log-probability (0.0: none known), so that a
+    # node whose rank 0 cannot enter is never set up (its position less the bound is above
+    # t; rounding is monotonic). Zipf's rank 0 is minus its log-normaliser, a cubic spline
+    # in s, bounded below on each interval by c0 - h (|c1| + h (|c2| + h |c3|)) with h
+    # twice the grid step, less a margin; that loop is skipped (bound 0.0) for passes of
+    # fewer than 64 nodes per interval, where it would cost more than it saves.
+    top = 0.0
+    if closed:
+        top = -np.inf
+        for c in range(kinds.shape[0]):
+            k = kinds[c]
+            ub = 0.0
+            if k == GEOMETRIC:
+                ub = fpar[c, 2]
+            elif k == UNIFORM:
+                ub = fpar[c, 0]
+            elif k == ZIPF and 64 * (ipar[c, 1] // 4) <= cap:
+                h = 2.0 / fpar[c, 2]
+                lo = np.inf
+                for i in range(ipar[c, 1] // 4):
+                    j = ipar[c, 0] + 4 * i
+                    v = data[j] - h * (abs(data[j + 1]) + h * (abs(data[j + 2]) + h * abs(data[j + 3])))
+                    if not v >= lo:
+                        lo = v
+                ub = -(lo - 1e-9 * (1.0 + abs(lo)))
+            if not ub < 0.0:
+                top = 0.0
+                break
+            if ub > top:
+                top = ub
     keys[0] = rkey
     s_lev[0] = 0.0
     on_lev[0] = 1
@@ -134,6 +170,8 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
         dep[n] = d + 1
         onpath[n] = child_on
         n += 1
+        if sc - top > t:
+            continue                # even the child's rank 0 is above t: it has no children
         rank = li[d, 1] - 1
         ck = child_key(keys[d], rank)
         d += 1
@@ -227,6 +265,10 @@ def _select_range(order, lo, hi, k, pos, dep, plain):
             return
 
 
+_SAMPLE = 1024          # sample of _select's split (from 4 samples' worth of nodes on)
+_SAMPLE_SLACK = 48      # sample ranks either side of the k-th's expected rank
+
+
 @kernel
 def _select(order, hi, k, pos, dep):
     """Rearrange order[:hi] so that order[:k] holds its k first nodes by :func:`_before`.
@@ -239,7 +281,56 @@ def _select(order, hi, k, pos, dep):
     """
     if k >= hi or k <= 0:
         return
-    _select_range(order, 0, hi, k, pos, dep, True)
+    # the k smallest plain positions first. A large range is split in one pass around two
+    # values bracketing the k-th smallest, read off an evenly spread sample (Floyd and
+    # Rivest), so that the quickselect runs on the few nodes in between only (any sample
+    # gives the same k values; a poor one only leaves more to the quickselect)
+    if hi < 4 * _SAMPLE:
+        _select_range(order, 0, hi, k, pos, dep, True)
+    else:
+        step = hi // _SAMPLE
+        for j in range(1, _SAMPLE):
+            order[j], order[j * step] = order[j * step], order[j]
+        ks = (k * _SAMPLE) // hi
+        lo_p = -np.inf
+        hi_p = np.inf
+        r_hi = ks + _SAMPLE_SLACK
+        if r_hi < _SAMPLE:
+            _select_range(order, 0, _SAMPLE, r_hi + 1, pos, dep, True)
+            hi_p = pos[order[0]]
+            for j in range(1, r_hi + 1):
+                if pos[order[j]] > hi_p:
+                    hi_p = pos[order[j]]
+        else:
+            r_hi = _SAMPLE - 1
+        r_lo = ks - _SAMPLE_SLACK
+        if r_lo >= 0:
+            _select_range(order, 0, r_hi + 1, r_lo + 1, pos, dep, True)
+            lo_p = pos[order[0]]
+            for j in range(1, r_lo + 1):
+                if pos[order[j]] > lo_p:
+                    lo_p = pos[order[j]]
+        # one pass: order[:a] < lo_p <= order[a:b] <= hi_p < order[b:hi]
+        a = 0
+        i = 0
+        b = hi
+        while i < b:
+            x = pos[order[i]]
+            if x < lo_p:
+                order[a], order[i] = order[i], order[a]
+                a += 1
+                i += 1
+            elif x > hi_p:
+                b -= 1
+                order[b], order[i] = order[i], order[b]
+            else:
+                i += 1
+        if k < a:
+            _select_range(order, 0, a, k, pos, dep, True)
+        elif k > b:
+            _select_range(order, b, hi, k, pos, dep, True)
+        elif a < k < b:
+            _select_range(order, a, b, k, pos, dep, True)
     v = pos[order[0]]                   # the k-th smallest value
     for i in range(1, k):
         if pos[order[i]] > v:
