@@ -444,6 +444,22 @@ def _listed(data, o, slots, beta, hr, min_logq):
 
 
 @kernel
+def _rerun(data, o, slots, pr, hr, tok, window):
+    """Row ``hr`` restarts its context: the last ``window - 1`` tokens of ``pr``'s context
+    and then ``tok``, run from an empty cache (``pr`` may be ``hr`` itself: the copy moves
+    tokens towards the front)."""
+    mm = 2 * int(data[o + 1])
+    tk = mm + META
+    n = int(pr[mm])
+    w = min(int(window), n + 1)
+    for j in range(w - 1):
+        hr[tk + j] = pr[tk + n - (w - 1) + j]
+    hr[tk + w - 1] = tok
+    _prefill(data, o, slots, hr, w)
+    hr[mm] = w
+
+
+@kernel
 def transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw, rank, n_list,
                      min_logq, head, start):
     """Set up the node of level ``d``: its cache and logits, then its listed ranks.
@@ -464,13 +480,7 @@ def transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw, ra
         r = max(min(rank, n_list - 1), 0)
         g = pr[mm + 1] + 1.0
         if g > carry:
-            n = int(pr[mm])
-            w = min(int(window), n + 1)
-            for j in range(w - 1):
-                hr[tk + j] = pr[tk + n - (w - 1) + j]
-            hr[tk + w - 1] = pr[v + r]
-            _prefill(data, o, slots, hr, w)
-            hr[mm] = w
+            _rerun(data, o, slots, pr, hr, pr[v + r], window)
             g = 0.0
         else:
             r0 = int(pr[mm + 2])
@@ -576,12 +586,7 @@ def transformer_sample(data, o, slots, window, carry, beta, hr, uniforms, k, out
         n = int(hr[mm])
         g = hr[mm + 1] + 1.0
         if g > carry:
-            w = min(int(window), n + 1)
-            for j in range(w - 1):
-                hr[tk + j] = hr[tk + n - (w - 1) + j]
-            hr[tk + w - 1] = tok
-            _prefill(data, o, slots, hr, w)
-            hr[mm] = w
+            _rerun(data, o, slots, hr, hr, tok, window)
             g = 0.0
         else:
             hr[tk + n] = tok
