@@ -215,7 +215,7 @@ def _layer_top(lay, start, n, topk, pos, dep):
         lay[j] = start + j
     kk = min(topk, m)
     if kk < m:
-        _select(lay, m, kk, pos, dep)
+        _select(lay, 0, m, kk, pos, dep)
     for a in range(1, kk):
         v = lay[a]
         b = a - 1

@@ -270,8 +270,8 @@ _SAMPLE_SLACK = 48      # sample ranks either side of the k-th's expected rank
 
 
 @kernel
-def _select(order, hi, k, pos, dep):
-    """Rearrange order[:hi] so that order[:k] holds its k first nodes by :func:`_before`.
+def _select(order, lo, hi, k, pos, dep):
+    """Rearrange order[lo:hi] so that order[lo:k] holds its k - lo first nodes by :func:`_before`.
 
     A quickselect on plain float positions finds the k-th smallest value v first; the nodes
     below v - 8 TIE_REL |v| are then certainly among the k first (every node tied with v's
@@ -279,40 +279,41 @@ def _select(order, hi, k, pos, dep):
     only the few in between are ordered by :func:`_before` (a strict weak order wherever
     ties do not chain: the same k first nodes as a quickselect by :func:`_before` alone).
     """
-    if k >= hi or k <= 0:
+    if k >= hi or k <= lo:
         return
     # the k smallest plain positions first. A large range is split in one pass around two
     # values bracketing the k-th smallest, read off an evenly spread sample (Floyd and
     # Rivest), so that the quickselect runs on the few nodes in between only (any sample
     # gives the same k values; a poor one only leaves more to the quickselect)
-    if hi < 4 * _SAMPLE:
-        _select_range(order, 0, hi, k, pos, dep, True)
+    size = hi - lo
+    if size < 4 * _SAMPLE:
+        _select_range(order, lo, hi, k, pos, dep, True)
     else:
-        step = hi // _SAMPLE
+        step = size // _SAMPLE
         for j in range(1, _SAMPLE):
-            order[j], order[j * step] = order[j * step], order[j]
-        ks = (k * _SAMPLE) // hi
+            order[lo + j], order[lo + j * step] = order[lo + j * step], order[lo + j]
+        ks = ((k - lo) * _SAMPLE) // size
         lo_p = -np.inf
         hi_p = np.inf
         r_hi = ks + _SAMPLE_SLACK
         if r_hi < _SAMPLE:
-            _select_range(order, 0, _SAMPLE, r_hi + 1, pos, dep, True)
-            hi_p = pos[order[0]]
-            for j in range(1, r_hi + 1):
+            _select_range(order, lo, lo + _SAMPLE, lo + r_hi + 1, pos, dep, True)
+            hi_p = pos[order[lo]]
+            for j in range(lo + 1, lo + r_hi + 1):
                 if pos[order[j]] > hi_p:
                     hi_p = pos[order[j]]
         else:
             r_hi = _SAMPLE - 1
         r_lo = ks - _SAMPLE_SLACK
         if r_lo >= 0:
-            _select_range(order, 0, r_hi + 1, r_lo + 1, pos, dep, True)
-            lo_p = pos[order[0]]
-            for j in range(1, r_lo + 1):
+            _select_range(order, lo, lo + r_hi + 1, lo + r_lo + 1, pos, dep, True)
+            lo_p = pos[order[lo]]
+            for j in range(lo + 1, lo + r_lo + 1):
                 if pos[order[j]] > lo_p:
                     lo_p = pos[order[j]]
-        # one pass: order[:a] < lo_p <= order[a:b] <= hi_p < order[b:hi]
-        a = 0
-        i = 0
+        # one pass: order[lo:a] < lo_p <= order[a:b] <= hi_p < order[b:hi]
+        a = lo
+        i = lo
         b = hi
         while i < b:
             x = pos[order[i]]
@@ -326,21 +327,21 @@ def _select(order, hi, k, pos, dep):
             else:
                 i += 1
         if k < a:
-            _select_range(order, 0, a, k, pos, dep, True)
+            _select_range(order, lo, a, k, pos, dep, True)
         elif k > b:
             _select_range(order, b, hi, k, pos, dep, True)
         elif a < k < b:
             _select_range(order, a, b, k, pos, dep, True)
-    v = pos[order[0]]                   # the k-th smallest value
-    for i in range(1, k):
+    v = pos[order[lo]]                  # the k-th smallest value
+    for i in range(lo + 1, k):
         if pos[order[i]] > v:
             v = pos[order[i]]
     m = 8.0 * TIE_REL * abs(v)
     lo_v = v - m
     hi_v = v + m
-    # order[:k]: move the certain ones (pos < lo_v) to the front, zone nodes after them
-    c = 0
-    for i in range(k):
+    # order[lo:k]: move the certain ones (pos < lo_v) to the front, zone nodes after them
+    c = lo
+    for i in range(lo, k):
         if pos[order[i]] < lo_v:
             order[c], order[i] = order[i], order[c]
             c += 1
@@ -364,7 +365,7 @@ def _select_by(n, key, dep, order, budgets):
     hi = n
     for b in range(budgets.shape[0] - 1, -1, -1):
         if budgets[b] < hi:
-            _select(order, hi, budgets[b], key, dep)
+            _select(order, 0, hi, budgets[b], key, dep)
             hi = budgets[b]
 
 
@@ -407,6 +408,150 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
     _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
 
 
+# Bucket scoring (:func:`_score_nested`): per-bucket rows of ``sel``, one cache line each.
+_B_CUM = 0      # count, then the number of nodes in the buckets before this one
+_B_HI = 1       # fixed-point limbs of the bucket's path probabilities
+_B_LO = 2
+_B_ON = 3       # path nodes in the bucket
+_B_DEP = 4      # deepest node in the bucket
+_B_FILL = 5     # boundary bucket: next free slot of its members in ``order``; else -1
+SEL_COLS = 6
+SEL_ROWS = 1 << 16  # at most this many buckets
+_B_PER = 8      # nodes per bucket aimed at
+_B_ZONE = 20.0  # tie-zone half-width checked around a budget's cut, in TIE_REL |v|
+
+
+@kernel
+def _bucket(x, x0, inv, nb):
+    """Bucket of position ``x``: non-decreasing in x (every step rounds monotonically)."""
+    f = (x - x0) * inv
+    if not f < nb - 1:
+        return nb - 1
+    if not f > 0.0:
+        return 0
+    return int(f)
+
+
+@kernel
+def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col):
+    """:func:`_select_nested`'s outputs, by buckets of position instead of nested selections.
+
+    The positions' range is cut into about n / 8 equal buckets (a monotone map, so every
+    node of a lower bucket has a smaller or equal position). One pass counts the
+    buckets; the cumulative counts give the bucket holding each budget's k-th node; a
+    second pass adds every node below the largest budget's bucket into its bucket's sums
+    (two-limb fixed point, path nodes, deepest node) and lists the members of the
+    budgets' buckets at their counting-sort places in ``order``. A budget's tree is then
+    the buckets below its own plus the first members of its bucket by :func:`_select`.
+    That is T_k exactly when no node of another bucket can tie with the k-th node: the
+    zone of +-``_B_ZONE`` TIE_REL |v| around it must lie inside its bucket (a node tied
+    with it lies within 2 TIE_REL of it). Otherwise, or when the positions are all
+    equal, or a quarter of them share the largest budget's bucket (a huge tie),
+    :func:`_select_nested` scores the iteration instead. Sums of integer limbs
+    do not depend on the order of addition: the outputs are the same bits as
+    :func:`_select_nested`'s. Returns True when the buckets scored it.
+    """
+    m = budgets.shape[0]
+    nb = min(sel.shape[0] - 1, max(1, n // _B_PER))
+    x0 = np.inf
+    x1 = -np.inf
+    for i in range(n):
+        x = pos[i]
+        if x < x0:
+            x0 = x
+        if x > x1:
+            x1 = x
+    if nb < 2 or not (x1 > x0) or math.isinf(x1 - x0):
+        _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
+        return False
+    # half a bucket of margin at either end: positions on a lattice (exact ties) whose
+    # extremes are x0 and x1 then fall on bucket edges only by accident
+    inv = (nb - 1) / (x1 - x0)
+    x0 -= 0.5 / inv
+    for b in range(nb):
+        sel[b, _B_CUM] = 0
+        sel[b, _B_HI] = 0
+        sel[b, _B_LO] = 0
+        sel[b, _B_ON] = 0
+        sel[b, _B_DEP] = 0
+        sel[b, _B_FILL] = -1
+    for i in range(n):
+        sel[_bucket(pos[i], x0, inv, nb), _B_CUM] += 1
+    c = 0
+    for b in range(nb):
+        k = sel[b, _B_CUM]
+        sel[b, _B_CUM] = c
+        c += k
+    sel[nb, _B_CUM] = c
+    # each budget's bucket (budgets ascending, so are their buckets)
+    b = 0
+    top = 0
+    for j in range(m):
+        while sel[b + 1, _B_CUM] < budgets[j]:
+            b += 1
+        sel[b, _B_FILL] = sel[b, _B_CUM]
+        top = b
+    if 4 * (sel[top + 1, _B_CUM] - sel[top, _B_CUM]) > n:
+        # a quarter of the nodes in one bucket (a huge tie): the buckets would not help
+        _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
+        return False
+    for i in range(n):
+        b = _bucket(pos[i], x0, inv, nb)
+        if b < top:
+            x = math.exp(-pos[i]) * _SCALE
+            h = math.floor(x)
+            sel[b, _B_HI] += np.int64(h)
+            sel[b, _B_LO] += np.int64(round((x - h) * _SCALE))
+            sel[b, _B_ON] += onpath[i]
+            if dep[i] > sel[b, _B_DEP]:
+                sel[b, _B_DEP] = dep[i]
+        if b <= top and sel[b, _B_FILL] >= 0:
+            order[sel[b, _B_FILL]] = i
+            sel[b, _B_FILL] += 1
+    # per budget: the buckets below its own, then the first members of its own
+    p_hi = 0
+    p_lo = 0
+    n_path = 0
+    max_dep = 0
+    b = 0
+    for j in range(m):
+        k = budgets[j]
+        while sel[b + 1, _B_CUM] < k:
+            p_hi += sel[b, _B_HI]
+            p_lo += sel[b, _B_LO]
+            n_path += sel[b, _B_ON]
+            if sel[b, _B_DEP] > max_dep:
+                max_dep = sel[b, _B_DEP]
+            b += 1
+        lo = sel[b, _B_CUM]
+        hi = sel[b + 1, _B_CUM]
+        _select(order, lo, hi, k, pos, dep)
+        v = pos[order[lo]]
+        q_hi = p_hi
+        q_lo = p_lo
+        q_path = n_path
+        q_dep = max_dep
+        for i in range(lo, k):
+            w = order[i]
+            if pos[w] > v:
+                v = pos[w]
+            x = math.exp(-pos[w]) * _SCALE
+            h = math.floor(x)
+            q_hi += np.int64(h)
+            q_lo += np.int64(round((x - h) * _SCALE))
+            q_path += onpath[w]
+            if dep[w] > q_dep:
+                q_dep = dep[w]
+        z = _B_ZONE * TIE_REL * abs(v)
+        if _bucket(v - z, x0, inv, nb) != b or _bucket(v + z, x0, inv, nb) != b:
+            _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
+            return False
+        acc_out[j, col] = q_path
+        exp_out[j, col] = q_hi * _INV_SCALE + q_lo * (_INV_SCALE * _INV_SCALE)
+        dep_out[j, col] = q_dep
+    return True
+
+
 @kernel
 def _retarget(n, p_max, t, t_lo, t_hi):
     """Threshold bookkeeping after a pass of ``n`` nodes (or ``_ABORT``): bisect or extrapolate.
@@ -447,12 +592,13 @@ def first_levels(head_cap):
 
 @njit_cached
 def new_workspace(p_max, head_cap):
-    """Buffers of one worker: node arrays (6 P_max + 64) and :func:`first_levels` levels
-    (both grow on demand)."""
+    """Buffers of one worker: node arrays (6 P_max + 64), :func:`first_levels` levels
+    (both grow on demand) and the bucket rows of :func:`_score_nested`."""
     cap = 6 * p_max + 64
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
-    return pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head
+    sel = np.empty((min(SEL_ROWS, cap // _B_PER) + 2, SEL_COLS), np.int64)
+    return pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel
 
 
 @njit_cached
@@ -468,7 +614,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     MAX_NODES nodes tie at one position, TOO_FEW when fewer than P_max nodes within the
     depth cap have a positive path probability.
     """
-    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = ws
+    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel = ws
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
@@ -492,15 +638,15 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel)
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
         if done:
             break
         if t > T_LIMIT:             # the threshold passed every positive path probability
-            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
-    _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
-    return visited, _aim(n, p_max, t), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel)
+    _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col)
+    return visited, _aim(n, p_max, t), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel)
 
 
 @njit_cached
@@ -576,7 +722,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     visited, next threshold, workspace, nodes of the final pass) or a negative status as
     :func:`grow_tree`.
     """
-    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = ws
+    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel = ws
     n_roots = rkeys.shape[0]
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth
@@ -610,16 +756,16 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
         if widen:
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head), 0
+                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel), 0
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
         if done:
             break
         if t > T_LIMIT:
-            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head), 0
-    _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
+            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel), 0
+    _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col)
     return (visited, _aim(n, p_max, t),
-            (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head), n)
+            (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel), n)
 
 
 @njit_cached
@@ -632,7 +778,7 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
     workspace ``ws1`` and threshold ``t1``. Returns (nodes visited by extra passes, t1,
     ws1) or a negative status.
     """
-    pos, dep, onpath, order = ws[0], ws[1], ws[2], ws[3]
+    pos, dep, onpath, order, sel = ws[0], ws[1], ws[2], ws[3], ws[12]
     m = sbudgets.shape[1]
     for b in range(m):
         acc_out[b, col] = 0
@@ -645,8 +791,8 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
         s = starts[r]
         e = starts[r + 1]
         if e - s >= need:
-            _select_nested(e - s, pos[s:e], dep[s:e], onpath[s:e], order, sbudgets[r], tmp_acc,
-                           tmp_exp, tmp_dep, 0)
+            _score_nested(e - s, pos[s:e], dep[s:e], onpath[s:e], order, sel, sbudgets[r], tmp_acc,
+                          tmp_exp, tmp_dep, 0)
         else:
             if not t1 == t1:
                 t1 = start_threshold(need)
