@@ -37,6 +37,7 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
 from brwsim.kernels.tree import (
+    AIM_TIES,
     _ABORT,
     _TOO_DEEP,
     MAX_NODES,
@@ -511,7 +512,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                 continue
             visited += cap if n == _ABORT else n
             core = n if n < p_max else _within(est, n, t)
-            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
+            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, AIM_TIES)
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t
@@ -522,7 +523,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                 break
         _select_by(n, est, dep, order, budgets)
         _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
-        t = _aim(n, p_max, t)
+        t = _aim(n, p_max, t, AIM_TIES)
     return visited, t
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import (
     CTX_F,
+    PEAKED,
     CTX_I,
     GEOMETRIC,
     LEVEL_F,
@@ -83,6 +84,13 @@ def _node_buffers(cap):
 
 
 @njit_cached
+def _record_buffers(cap):
+    """What :func:`_resume` needs of each of ``cap`` nodes, and of the root (last slot):
+    key, position of its first child not taken, that child's rank."""
+    return np.empty(cap + 1, np.uint64), np.empty(cap + 1), np.empty(cap + 1, np.int32)
+
+
+@njit_cached
 def _new_levels(n_levels, head_cap):
     """Per-level buffers of a pass: keys, positions, path state, family state, heads."""
     return (np.empty(n_levels, np.uint64), np.empty(n_levels), np.empty(n_levels, np.int8),
@@ -91,8 +99,188 @@ def _new_levels(n_levels, head_cap):
 
 
 @kernel
-def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap, max_depth, pos,
-             dep, onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+def _top_bound(kinds, fpar, ipar, data, closed, cap):
+    """An upper bound on every node's rank-0 log-probability (0.0: none known).
+
+    A node whose position less this bound is above the threshold cannot have children, so
+    a pass over a closed-form family never sets it up (rounding is monotonic). Zipf's
+    rank 0 is minus its log-normaliser, a cubic spline in s, bounded below on each
+    interval by c0 - h (|c1| + h (|c2| + h |c3|)) with h twice the grid step, less a
+    margin; that loop is skipped (bound 0.0) for passes of fewer than 64 nodes per
+    interval, where it would cost more than it saves.
+    """
+    if not closed:
+        return 0.0
+    top = -np.inf
+    for c in range(kinds.shape[0]):
+        k = kinds[c]
+        ub = 0.0
+        if k == GEOMETRIC:
+            ub = fpar[c, 2]
+        elif k == UNIFORM:
+            ub = fpar[c, 0]
+        elif k == ZIPF and 64 * (ipar[c, 1] // 4) <= cap:
+            h = 2.0 / fpar[c, 2]
+            lo = np.inf
+            for i in range(ipar[c, 1] // 4):
+                j = ipar[c, 0] + 4 * i
+                v = data[j] - h * (abs(data[j + 1]) + h * (abs(data[j + 2]) + h * abs(data[j + 3])))
+                if not v >= lo:
+                    lo = v
+            ub = -(lo - 1e-9 * (1.0 + abs(lo)))
+        if not ub < 0.0:
+            return 0.0
+        if ub > top:
+            top = ub
+    return top
+
+
+@kernel
+def _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc, pos, dep, nkey,
+             nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+    """Set up the next start of a continued walk (:func:`_walk`): the first record from
+    ``j`` on (-1: the root's) whose first child not taken lies at or below ``t``, its
+    level made as it was left, its ranks before that child skipped (replayed where the
+    order has state). Returns (the record after it, its level), or (n_old, -1) if none.
+    """
+    root = nkey.shape[0] - 1
+    while j < n_old:
+        if nxt[root if j < 0 else j] <= t:
+            break
+        j += 1
+    if j >= n_old:
+        return n_old, -1
+    i = root if j < 0 else j
+    d = 0 if j < 0 else dep[j]
+    key = nkey[i]
+    if nrk[i] < 0:                      # a leaf never set up: its key from its parent's
+        key = child_key(key, -1 - nrk[i])
+        nrk[i] = 0
+        nkey[i] = key
+    own[d] = i
+    keys[d] = key
+    s_lev[d] = 0.0 if i == root else pos[i]
+    on_lev[d] = 0
+    if i == fr:
+        on_lev[d] = 1
+        u_lev[d] = fu
+        c_lev[d] = fc
+    if closed:
+        closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li)
+        if li[d, 0] == PEAKED:          # its order of ranks has state: replay them
+            for r in range(nrk[i]):
+                closed_next(fpar, ipar, data, d, lf, li)
+        else:                           # rank-indexed: skip them
+            li[d, 1] = nrk[i]
+    else:
+        dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, s_lev[d] - t,
+                  d - 1 if i != root else ROOT_DRAW, 0)
+        for r in range(nrk[i]):
+            dist_next(fpar, ipar, data, key, d, lf, li, head)
+    return j + 1, d
+
+
+@kernel
+def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, d, rec, n_old, fr,
+          fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
+          head):
+    """Depth-first pass at cut-off ``t`` (already a tie cut-off), appending nodes from index ``n``.
+
+    Visits, children in rank order, every node with S <= t below the node whose
+    distribution level ``d`` holds (d = -1: none), until that level is exhausted; then,
+    with ``n_old`` > -1, it continues from the records of the root and nodes
+    0 .. n_old - 1 of an earlier pass at a lower cut-off (see :func:`_resume`). With
+    ``rec`` every collected node i records its key, and, once its children are done, the
+    position ``nxt[i]`` of its first child not taken (+inf when it can have no more) and
+    that child's rank ``nrk[i]``; a node never set up (its rank 0 is beyond ``top``)
+    records instead the bound from ``top``, its parent's key and -1 - its own rank (its
+    key is hashed only if a continuation needs it).
+    ``own[d]`` is the node whose distribution level d holds (the root's records go to the
+    last slot). ``fr``, ``fu``, ``fc`` (kept with ``rec``): the path frontier, the node
+    still searching the target's sampled child (-2: none yet), its path uniform and the
+    probability of the children it took; it moves when that node's walk finds the child.
+
+    Returns (n, fr, fu, fc): the new node count (``_ABORT`` beyond ``cap``,
+    ``_TOO_DEEP`` beyond the level buffers) and the frontier.
+    """
+    n_levels = keys.shape[0]
+    base = max(d, 0)
+    j = -1                              # next record to look at (-1: the root's)
+    while True:
+        while d >= base:
+            if closed:
+                lq = closed_next(fpar, ipar, data, d, lf, li)
+            else:
+                lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
+            sc = s_lev[d] - lq
+            # above the threshold, exhausted (-inf), NaN, or deeper than any top-P_max node
+            if not sc <= t or d >= max_depth:
+                if rec:
+                    o = own[d]
+                    nxt[o] = np.inf if d >= max_depth or not sc == sc else sc
+                    nrk[o] = li[d, 1] - 1
+                    if on_lev[d] == 1:
+                        fr = o
+                        fu = u_lev[d]
+                        fc = c_lev[d]
+                d -= 1
+                continue
+            if n >= cap:
+                return _ABORT, fr, fu, fc
+            if d + 1 >= n_levels:
+                return _TOO_DEEP, fr, fu, fc
+            child_on = 0
+            if on_lev[d] == 1:
+                c_lev[d] += math.exp(lq)
+                if u_lev[d] <= c_lev[d]:
+                    child_on = 1
+                    on_lev[d] = 2       # this node's sampled child has been found
+            rank = li[d, 1] - 1
+            pos[n] = sc
+            dep[n] = d + 1
+            onpath[n] = child_on
+            n += 1
+            if sc - top > t:            # even its rank 0 is above t: no children
+                if rec:                 # its parent's key and its rank (-1 - rank): no hash
+                    nkey[n - 1] = keys[d]
+                    nxt[n - 1] = sc - top
+                    nrk[n - 1] = -1 - rank
+                    if child_on == 1:
+                        fr = n - 1
+                        fu = unit(purpose_key(child_key(keys[d], rank), PATH), 0)
+                        fc = 0.0
+                continue
+            ck = child_key(keys[d], rank)
+            if rec:
+                nkey[n - 1] = ck
+            d += 1
+            if rec:
+                own[d] = n - 1
+            keys[d] = ck
+            s_lev[d] = sc
+            on_lev[d] = child_on
+            if child_on == 1:
+                u_lev[d] = unit(purpose_key(ck, PATH), 0)
+                c_lev[d] = 0.0
+            if closed:
+                closed_init(kinds, cw, fpar, ipar, data, ck, d, lf, li)
+            else:
+                dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
+        # the walk below one start is done: the next record with a child in reach
+        if n_old < 0:
+            break
+        j, d = _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc, pos,
+                        dep, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+        if d < 0:
+            break
+        base = d
+    return n, fr, fu, fc
+
+
+@kernel
+def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t, cap, max_depth,
+             rec, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
+             head):
     """Nodes with S <= _tie_cut(t) below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
@@ -100,92 +288,47 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
     per-level buffers (``keys`` .. ``head``) are never rebound here. With ``closed``
     (:func:`brwsim.kernels.dist.closed_form`: i.i.d. nodes, closed-form components) the
     distributions are set up and read by the small inline ``closed_init`` / ``closed_next``
-    (the same state and numbers as ``dist_init`` / ``dist_next``). Returns the number of nodes, ``_ABORT`` if more
-    than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
+    (the same state and numbers as ``dist_init`` / ``dist_next``); ``top`` is
+    :func:`_top_bound`; with ``rec`` the nodes' records for :func:`_resume` are kept.
+    Returns (n, frontier, u, c) as :func:`_walk`: the number of nodes, ``_ABORT`` if
+    more than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
     """
-    n_levels = keys.shape[0]
     t = _tie_cut(t)
-    # an upper bound on every node's rank-0 log-probability (0.0: none known), so that a
-    # node whose rank 0 cannot enter is never set up (its position less the bound is above
-    # t; rounding is monotonic). Zipf's rank 0 is minus its log-normaliser, a cubic spline
-    # in s, bounded below on each interval by c0 - h (|c1| + h (|c2| + h |c3|)) with h
-    # twice the grid step, less a margin; that loop is skipped (bound 0.0) for passes of
-    # fewer than 64 nodes per interval, where it would cost more than it saves.
-    top = 0.0
-    if closed:
-        top = -np.inf
-        for c in range(kinds.shape[0]):
-            k = kinds[c]
-            ub = 0.0
-            if k == GEOMETRIC:
-                ub = fpar[c, 2]
-            elif k == UNIFORM:
-                ub = fpar[c, 0]
-            elif k == ZIPF and 64 * (ipar[c, 1] // 4) <= cap:
-                h = 2.0 / fpar[c, 2]
-                lo = np.inf
-                for i in range(ipar[c, 1] // 4):
-                    j = ipar[c, 0] + 4 * i
-                    v = data[j] - h * (abs(data[j + 1]) + h * (abs(data[j + 2]) + h * abs(data[j + 3])))
-                    if not v >= lo:
-                        lo = v
-                ub = -(lo - 1e-9 * (1.0 + abs(lo)))
-            if not ub < 0.0:
-                top = 0.0
-                break
-            if ub > top:
-                top = ub
     keys[0] = rkey
     s_lev[0] = 0.0
     on_lev[0] = 1
     u_lev[0] = unit(purpose_key(rkey, PATH), 0)
     c_lev[0] = 0.0
+    own[0] = nkey.shape[0] - 1
+    if rec:
+        nkey[nkey.shape[0] - 1] = rkey
     if closed:
         closed_init(kinds, cw, fpar, ipar, data, rkey, 0, lf, li)
     else:
         dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
-    n = 0
-    d = 0
-    while d >= 0:
-        if closed:
-            lq = closed_next(fpar, ipar, data, d, lf, li)
-        else:
-            lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
-        sc = s_lev[d] - lq
-        # above the threshold, exhausted (-inf), NaN, or deeper than any top-P_max node
-        if not sc <= t or d >= max_depth:
-            d -= 1
-            continue
-        if n >= cap:
-            return _ABORT
-        if d + 1 >= n_levels:
-            return _TOO_DEEP
-        child_on = 0
-        if on_lev[d] == 1:
-            c_lev[d] += math.exp(lq)
-            if u_lev[d] <= c_lev[d]:
-                child_on = 1
-                on_lev[d] = 2           # this node's sampled child has been found
-        pos[n] = sc
-        dep[n] = d + 1
-        onpath[n] = child_on
-        n += 1
-        if sc - top > t:
-            continue                # even the child's rank 0 is above t: it has no children
-        rank = li[d, 1] - 1
-        ck = child_key(keys[d], rank)
-        d += 1
-        keys[d] = ck
-        s_lev[d] = sc
-        on_lev[d] = child_on
-        if child_on == 1:
-            u_lev[d] = unit(purpose_key(ck, PATH), 0)
-            c_lev[d] = 0.0
-        if closed:
-            closed_init(kinds, cw, fpar, ipar, data, ck, d, lf, li)
-        else:
-            dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
-    return n
+    return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 0, 0, rec, -1,
+                 -2, 0.0, 0.0, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev,
+                 c_lev, lf, li, head)
+
+
+@kernel
+def _resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, fr, fu, fc, pos,
+            dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+    """Continue a recorded pass of ``n`` nodes to the higher threshold ``t``.
+
+    For closed-form families only (:func:`brwsim.kernels.dist.closed_form`: a node's
+    distribution is a function of its key, read rank by rank, and an exhausted level has
+    no more children; a lazy family's level lists only the ranks above its cut-off). Every
+    node of the pass, and the root, whose first child not taken lies at or below the new
+    cut-off is set up again, its ranks before that child skipped (replayed where the
+    order has state), and the walk goes on from there (:func:`_walk`): the nodes added
+    are exactly those with S in (old cut-off, new cut-off], appended after the others
+    (not in pre-order), and no node is collected twice. ``fr``, ``fu``, ``fc``: the
+    pass's path frontier. Returns (n, frontier, u, c) as :func:`_walk`.
+    """
+    return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, _tie_cut(t), cap, max_depth, n, -1,
+                 True, n, fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev,
+                 u_lev, c_lev, lf, li, head)
 
 
 @kernel
@@ -278,9 +421,11 @@ def _select(order, lo, hi, k, pos, dep):
     lies within 2 TIE_REL |v| of it), the nodes above v + 8 TIE_REL |v| certainly not, and
     only the few in between are ordered by :func:`_before` (a strict weak order wherever
     ties do not chain: the same k first nodes as a quickselect by :func:`_before` alone).
+    Returns the number of nodes in that zone (1 when no node is near the cut; 0 when
+    there was nothing to select).
     """
     if k >= hi or k <= lo:
-        return
+        return 0
     # the k smallest plain positions first. A large range is split in one pass around two
     # values bracketing the k-th smallest, read off an evenly spread sample (Floyd and
     # Rivest), so that the quickselect runs on the few nodes in between only (any sample
@@ -352,21 +497,25 @@ def _select(order, lo, hi, k, pos, dep):
             z += 1
     if z > k:
         _select_range(order, c, z, k, pos, dep, False)
+    return z - c
 
 
 @kernel
 def _select_by(n, key, dep, order, budgets):
     """order[:budgets[b]] = the budgets[b] first nodes by (key, depth, index), nested.
 
-    Repeated budgets (a policy that stops growing) are skipped.
+    Repeated budgets (a policy that stops growing) are skipped. Returns the largest tie
+    zone of the selections (:func:`_select`).
     """
     for i in range(n):
         order[i] = i
     hi = n
+    zone = 0
     for b in range(budgets.shape[0] - 1, -1, -1):
         if budgets[b] < hi:
-            _select(order, 0, hi, budgets[b], key, dep)
+            zone = max(zone, _select(order, 0, hi, budgets[b], key, dep))
             hi = budgets[b]
+    return zone
 
 
 @kernel
@@ -402,10 +551,12 @@ def _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col
 def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col):
     """Per-budget accepted count, E[X | T] and depth of one iteration into column ``col``.
 
-    ``budgets`` is sorted ascending and its last entry is at most ``n``.
+    ``budgets`` is sorted ascending and its last entry is at most ``n``. Returns the
+    largest tie zone of the selections (:func:`_select`).
     """
-    _select_by(n, pos, dep, order, budgets)
+    zone = _select_by(n, pos, dep, order, budgets)
     _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
+    return zone
 
 
 # Bucket scoring (:func:`_score_nested`): per-bucket rows of ``sel``, one cache line each.
@@ -433,7 +584,7 @@ def _bucket(x, x0, inv, nb):
 
 
 @kernel
-def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col):
+def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col, ties):
     """:func:`_select_nested`'s outputs, by buckets of position instead of nested selections.
 
     The positions' range is cut into about n / 8 equal buckets (a monotone map, so every
@@ -446,12 +597,17 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
     That is T_k exactly when no node of another bucket can tie with the k-th node: the
     zone of +-``_B_ZONE`` TIE_REL |v| around it must lie inside its bucket (a node tied
     with it lies within 2 TIE_REL of it). Otherwise, or when the positions are all
-    equal, or a quarter of them share the largest budget's bucket (a huge tie),
-    :func:`_select_nested` scores the iteration instead. Sums of integer limbs
+    equal, or a quarter of them share the largest budget's bucket (a huge tie), or the
+    caller knows the family's positions tie (``ties``), :func:`_select_nested` scores
+    the iteration instead. Sums of integer limbs
     do not depend on the order of addition: the outputs are the same bits as
-    :func:`_select_nested`'s. Returns True when the buckets scored it.
+    :func:`_select_nested`'s. Returns (True when the buckets scored it, the largest tie zone of the
+    selections, :func:`_select`).
     """
     m = budgets.shape[0]
+    if ties:
+        return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out,
+                                     col)
     nb = min(sel.shape[0] - 1, max(1, n // _B_PER))
     x0 = np.inf
     x1 = -np.inf
@@ -462,8 +618,8 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
         if x > x1:
             x1 = x
     if nb < 2 or not (x1 > x0) or math.isinf(x1 - x0):
-        _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
-        return False
+        return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out,
+                                     col)
     # half a bucket of margin at either end: positions on a lattice (exact ties) whose
     # extremes are x0 and x1 then fall on bucket edges only by accident
     inv = (nb - 1) / (x1 - x0)
@@ -493,8 +649,8 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
         top = b
     if 4 * (sel[top + 1, _B_CUM] - sel[top, _B_CUM]) > n:
         # a quarter of the nodes in one bucket (a huge tie): the buckets would not help
-        _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
-        return False
+        return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out,
+                                     col)
     for i in range(n):
         b = _bucket(pos[i], x0, inv, nb)
         if b < top:
@@ -513,6 +669,7 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
     p_lo = 0
     n_path = 0
     max_dep = 0
+    zone = 0
     b = 0
     for j in range(m):
         k = budgets[j]
@@ -525,7 +682,7 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
             b += 1
         lo = sel[b, _B_CUM]
         hi = sel[b + 1, _B_CUM]
-        _select(order, lo, hi, k, pos, dep)
+        zone = max(zone, _select(order, lo, hi, k, pos, dep))
         v = pos[order[lo]]
         q_hi = p_hi
         q_lo = p_lo
@@ -544,20 +701,34 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
                 q_dep = dep[w]
         z = _B_ZONE * TIE_REL * abs(v)
         if _bucket(v - z, x0, inv, nb) != b or _bucket(v + z, x0, inv, nb) != b:
-            _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out, col)
-            return False
+            return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out,
+                                         dep_out, col)
         acc_out[j, col] = q_path
         exp_out[j, col] = q_hi * _INV_SCALE + q_lo * (_INV_SCALE * _INV_SCALE)
         dep_out[j, col] = q_dep
-    return True
+    return True, zone
+
+
+# How a worker aims its thresholds (:func:`_retarget`, :func:`_aim`)
+AIM_TIES = 0      # positions with exact ties (lattices): n(t) moves in steps, aim wide
+AIM_REPEAT = 1    # a short pass is repeated whole
+AIM_RESUME = 2    # a short pass is continued (:func:`_resume`)
+_RESUME_AIM = 1.08     # a continued pass aims at this many times P_max nodes
+_FIRST_AIM = 1.05      # with continuation, a root's first pass aims at this many
+_REPEAT_AIM = 1.2      # without, at this many (a short pass is repeated whole)
+_AIM_STEP = 1.0        # the next root's threshold moves by at most this much
 
 
 @kernel
-def _retarget(n, p_max, t, t_lo, t_hi):
+def _retarget(n, p_max, t, t_lo, t_hi, mode):
     """Threshold bookkeeping after a pass of ``n`` nodes (or ``_ABORT``): bisect or extrapolate.
 
     Returns (done, t, t_lo, t_hi, widen); ``widen`` asks the caller to double its node
-    buffers and retry at the same threshold (a huge tie at one position).
+    buffers and retry at the same threshold (a huge tie at one position). A pass short
+    of P_max (of at least 16 nodes) steps up by log(a P_max / n), as the count of nodes
+    below t grows about as exp(t) (see :func:`_aim`): a = _RESUME_AIM when it will be
+    continued (``mode`` AIM_RESUME), a little more when it is repeated whole; with
+    AIM_TIES (counts that move in steps) by at least 0.5.
     """
     if n == _ABORT:
         t_hi = t
@@ -567,7 +738,12 @@ def _retarget(n, p_max, t, t_lo, t_hi):
         return False, t, t_lo, t_hi, True
     if n < p_max:
         t_lo = t
-        if t_hi < np.inf:
+        if mode != AIM_TIES and n >= 16:
+            a = _RESUME_AIM if mode == AIM_RESUME else _REPEAT_AIM + 0.1
+            t += max(0.01, math.log(a * p_max / n))
+            if t >= t_hi:
+                t = 0.5 * (t_lo + t_hi)
+        elif t_hi < np.inf:
             t = 0.5 * (t_lo + t_hi)
         else:
             t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
@@ -576,11 +752,24 @@ def _retarget(n, p_max, t, t_lo, t_hi):
 
 
 @kernel
-def _aim(n, p_max, t):
-    """Threshold for the next root: aim at about 1.5 P_max nodes after a pass of ``n``."""
-    if n > 2 * p_max:
-        t -= 0.5 * math.log(n / (1.5 * p_max))
-    return t
+def _aim(n, p_max, t, mode):
+    """Threshold for the next root after a final pass of ``n`` nodes at ``t``.
+
+    The count of nodes below t grows about as exp(t) (the Malthusian rate of children's
+    probabilities summing to 1), so this root would have had a P_max nodes at about
+    t - log(n / (a P_max)): the next root starts there, with a = _FIRST_AIM when a short
+    pass is continued (``mode`` AIM_RESUME: it costs only the nodes it adds) and
+    _REPEAT_AIM when it is repeated whole (AIM_REPEAT), the step clipped to _AIM_STEP.
+    Counts that move in steps (AIM_TIES) would make that oscillate across a step: they
+    lower t only past 2 P_max nodes, to about 1.5 P_max.
+    """
+    if mode == AIM_TIES:
+        if n > 2 * p_max:
+            t -= 0.5 * math.log(n / (1.5 * p_max))
+        return t
+    a = _FIRST_AIM if mode == AIM_RESUME else _REPEAT_AIM
+    step = math.log(n / (a * p_max)) if n > 0 else -_AIM_STEP
+    return t - min(max(step, -_AIM_STEP), _AIM_STEP)
 
 
 @kernel
@@ -593,12 +782,18 @@ def first_levels(head_cap):
 @njit_cached
 def new_workspace(p_max, head_cap):
     """Buffers of one worker: node arrays (6 P_max + 64), :func:`first_levels` levels
-    (both grow on demand) and the bucket rows of :func:`_score_nested`."""
+    (both grow on demand), the bucket rows of :func:`_score_nested`, the nodes' records
+    for :func:`_resume` (:func:`_record_buffers`), each level's owner, and flags
+    (``flags[0]``: 1 once continuation is off for this worker, see :func:`grow_tree`)."""
     cap = 6 * p_max + 64
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
     sel = np.empty((min(SEL_ROWS, cap // _B_PER) + 2, SEL_COLS), np.int64)
-    return pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel
+    nkey, nxt, nrk = _record_buffers(cap)
+    own = np.empty(keys.shape[0], np.int64)
+    flags = np.zeros(1, np.int64)
+    return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
+            own, flags)
 
 
 @njit_cached
@@ -609,44 +804,89 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     The optimal tree among nodes of depth <= ``max_depth`` (NO_DEPTH_CAP: unconstrained);
     the restriction keeps trees prefix-closed, so it is still the top P by path probability.
     The threshold ``t`` is adapted between passes (it only changes the speed, never the
-    result). With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
+    result). For i.i.d. families with a drawn root a pass short of P_max nodes is
+    continued (:func:`_resume`), not repeated; its nodes are then no longer in pre-order,
+    so when a budget's cut has more than one node in its tie zone (where pre-order breaks
+    ties) the root is collected again in one pass at the final threshold, and the
+    worker's later roots repeat short passes instead (a family with exact ties: lattices,
+    a Zipf law shared by every node). Only closed-form families with a drawn root
+    continue passes: a lazy family's level lists just the ranks above its cut-off, and a
+    contextual family's node needs its parent's level.
+    With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
     Returns (nodes visited, next threshold, workspace), or visited = HUGE_TIE when more than
     MAX_NODES nodes tie at one position, TOO_FEW when fewer than P_max nodes within the
     depth cap have a positive path probability.
     """
-    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel = ws
+    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
+     own, flags) = ws
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
+    resume = closed and root_mode == ROOT_DRAW and flags[0] == 0
+    mode = AIM_TIES if flags[0] == 1 else (AIM_RESUME if resume else AIM_REPEAT)
     cap = pos.shape[0]
+    top = _top_bound(kinds, fpar, ipar, data, closed, cap)
     visited = 0
     t_lo = -np.inf
     t_hi = np.inf
+    n = 0
+    fr = -2
+    fu = 0.0
+    fc = 0.0
+    fresh = True
+    resumed = False
     while True:
-        li[0, CTX_I] = root_ci
-        lf[0, CTX_F] = root_cf
-        n = _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap, cut, pos,
-                     dep, onpath, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+        if fresh:
+            li[0, CTX_I] = root_ci
+            lf[0, CTX_F] = root_cf
+            n0 = 0
+            n, fr, fu, fc = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode,
+                                     t, cap, cut, resume, pos, dep, onpath, nkey, nxt, nrk, own, keys,
+                                     s_lev, on_lev, u_lev, c_lev, lf, li, head)
+        else:
+            n0 = n
+            resumed = True
+            n, fr, fu, fc = _resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, cut, n,
+                                    fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev,
+                                    on_lev, u_lev, c_lev, lf, li, head)
         if n == _TOO_DEEP:
             root_row = head[0]          # a preset root may keep its state in its head row
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
+            own = np.empty(keys.shape[0], np.int64)
             for j in range(root_row.shape[0]):      # (a slice assignment would compile numba's
                 head[0, j] = root_row[j]            # shape-mismatch message: 25 s of string code)
+            fresh = True
+            resumed = False
             continue
-        visited += cap if n == _ABORT else n
+        visited += cap - n0 if n == _ABORT else n - n0
         core = n if n < p_max else _within(pos, n, t)
-        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
+        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
+        fresh = n == _ABORT or not resume
+        if fresh:
+            resumed = False
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel)
+                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf,
+                                     li, head, sel, nkey, nxt, nrk, own, flags)
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
+            nkey, nxt, nrk = _record_buffers(cap)
         if done:
-            break
+            used, zone = _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
+                                       dep_out, col, flags[0] == 1)
+            if zone > 1:            # exact ties: aim as for them, continue no more passes
+                flags[0] = 1
+            if not (resumed and zone > 1):
+                break
+            # ties may be broken by pre-order: collect the root again at the final threshold
+            fresh = True
+            resumed = False
+            continue
         if t > T_LIMIT:             # the threshold passed every positive path probability
-            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel)
-    _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col)
-    return visited, _aim(n, p_max, t), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel)
+            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
+                                head, sel, nkey, nxt, nrk, own, flags)
+    return visited, _aim(n, p_max, t, mode), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev,
+                                                c_lev, lf, li, head, sel, nkey, nxt, nrk, own, flags)
 
 
 @njit_cached
@@ -722,12 +962,15 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     visited, next threshold, workspace, nodes of the final pass) or a negative status as
     :func:`grow_tree`.
     """
-    pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel = ws
+    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
+     own, flags) = ws
     n_roots = rkeys.shape[0]
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth
     closed = closed_form(kinds, cprog)
     cap = pos.shape[0]
+    top = _top_bound(kinds, fpar, ipar, data, closed, cap)
+    mode = AIM_TIES if flags[0] == 1 else AIM_REPEAT
     visited = 0
     t_lo = -np.inf
     t_hi = np.inf
@@ -738,8 +981,9 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             starts[r] = n
             li[0, CTX_I] = 0
             lf[0, CTX_F] = 0.0
-            k = _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkeys[r], ROOT_DRAW, t, cap - n, cut,
-                         pos[n:], dep[n:], onpath[n:], keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+            k = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkeys[r], ROOT_DRAW, t,
+                         cap - n, cut, False, pos[n:], dep[n:], onpath[n:], nkey[n:], nxt[n:], nrk[n:],
+                         own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)[0]
             if k < 0:
                 status = k
                 break
@@ -747,25 +991,32 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         starts[n_roots] = n
         if status == _TOO_DEEP:
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(2 * keys.shape[0], head_cap)
+            own = np.empty(keys.shape[0], np.int64)
             continue
         if status == _ABORT:
             n = _ABORT
         visited += cap if n == _ABORT else n
         # as grow_tree: done only when P nodes lie at or below t itself (ties at the cut)
         core = n if n < p_max else _within(pos, n, t)
-        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi)
+        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
         if widen:
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel), 0
+                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
+                                 nxt, nrk, own, flags), 0
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
+            nkey, nxt, nrk = _record_buffers(cap)
         if done:
             break
         if t > T_LIMIT:
-            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel), 0
-    _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col)
-    return (visited, _aim(n, p_max, t),
-            (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel), n)
+            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
+                                 nxt, nrk, own, flags), 0
+    if _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col,
+                     flags[0] == 1)[1] > 1:
+        flags[0] = 1                # exact ties: aim as for them (see grow_tree)
+    return (visited, _aim(n, p_max, t, mode),
+            (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
+                                 nxt, nrk, own, flags), n)
 
 
 @njit_cached
@@ -792,7 +1043,7 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
         e = starts[r + 1]
         if e - s >= need:
             _score_nested(e - s, pos[s:e], dep[s:e], onpath[s:e], order, sel, sbudgets[r], tmp_acc,
-                          tmp_exp, tmp_dep, 0)
+                          tmp_exp, tmp_dep, 0, ws[17][0] == 1)
         else:
             if not t1 == t1:
                 t1 = start_threshold(need)

@@ -23,7 +23,7 @@ def _score(fn, pos, dep, onpath, budgets):
     order = np.empty(n + 8, np.int32)
     if fn == "buckets":
         sel = np.empty((n // 8 + 2, T.SEL_COLS), np.int64)
-        used = T._score_nested(n, pos, dep, onpath, order, sel, budgets, acc, ex, dp, 0)
+        used, _ = T._score_nested(n, pos, dep, onpath, order, sel, budgets, acc, ex, dp, 0, False)
     else:
         T._select_nested(n, pos, dep, onpath, order, budgets, acc, ex, dp, 0)
         used = None
