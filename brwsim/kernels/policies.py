@@ -523,7 +523,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                 break
         _select_by(n, est, dep, order, budgets)
         _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
-        t = _aim(n, p_max, t, AIM_TIES)
+        t = _aim(n, p_max, t, AIM_TIES, 0.0)
     return visited, t
 
 

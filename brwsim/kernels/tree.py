@@ -37,11 +37,11 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import (
     CTX_F,
-    PEAKED,
     CTX_I,
     GEOMETRIC,
     LEVEL_F,
     LEVEL_I,
+    PEAKED,
     ROOT_DRAW,
     UNIFORM,
     ZIPF,
@@ -178,6 +178,18 @@ def _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc
         for r in range(nrk[i]):
             dist_next(fpar, ipar, data, key, d, lf, li, head)
     return j + 1, d
+
+
+@kernel
+def _lattice(kinds, fpar):
+    """True when a closed-form family's positions tie exactly between nodes: its laws are
+    shared by every node (not Zipf with a spread of exponents, not Peaked, whose top mass
+    is drawn per node), so equal multisets of ranks give equal positions."""
+    for c in range(kinds.shape[0]):
+        k = kinds[c]
+        if not (k == PEAKED or (k == ZIPF and fpar[c, 1] > fpar[c, 0])):
+            return True
+    return False
 
 
 @kernel
@@ -714,9 +726,25 @@ AIM_TIES = 0      # positions with exact ties (lattices): n(t) moves in steps, a
 AIM_REPEAT = 1    # a short pass is repeated whole
 AIM_RESUME = 2    # a short pass is continued (:func:`_resume`)
 _RESUME_AIM = 1.08     # a continued pass aims at this many times P_max nodes
-_FIRST_AIM = 1.05      # with continuation, a root's first pass aims at this many
-_REPEAT_AIM = 1.2      # without, at this many (a short pass is repeated whole)
+_REPEAT_STEP_AIM = 1.3  # a repeated one at this many
 _AIM_STEP = 1.0        # the next root's threshold moves by at most this much
+# A root's first pass aims at a P_max nodes by the last root's count, a tuned per worker:
+# up by the first factor after a short pass, down by the second otherwise (never below
+# _AIM_MIN). The balance sits where short passes are 1 in (1 + log(up) / -log(down)):
+# 1 in 15 when a short pass is repeated whole, 1 in 2.6 when it is continued (cheap).
+_AIM_MIN = 1.02
+_AIM_REPEAT = (1.2, 1.15, 0.99)     # start, up, down
+_AIM_RESUME = (1.05, 1.05, 0.97)
+
+
+@kernel
+def _tune(a, short, mode):
+    """The next root's aim after a root whose first pass was ``short`` (or not)."""
+    start, up, down = _AIM_RESUME if mode == AIM_RESUME else _AIM_REPEAT
+    if a == 0.0:
+        a = start
+    a = a * up if short else a * down
+    return min(max(a, _AIM_MIN), 4.0)
 
 
 @kernel
@@ -739,7 +767,7 @@ def _retarget(n, p_max, t, t_lo, t_hi, mode):
     if n < p_max:
         t_lo = t
         if mode != AIM_TIES and n >= 16:
-            a = _RESUME_AIM if mode == AIM_RESUME else _REPEAT_AIM + 0.1
+            a = _RESUME_AIM if mode == AIM_RESUME else _REPEAT_STEP_AIM
             t += max(0.01, math.log(a * p_max / n))
             if t >= t_hi:
                 t = 0.5 * (t_lo + t_hi)
@@ -752,22 +780,20 @@ def _retarget(n, p_max, t, t_lo, t_hi, mode):
 
 
 @kernel
-def _aim(n, p_max, t, mode):
+def _aim(n, p_max, t, mode, a):
     """Threshold for the next root after a final pass of ``n`` nodes at ``t``.
 
     The count of nodes below t grows about as exp(t) (the Malthusian rate of children's
     probabilities summing to 1), so this root would have had a P_max nodes at about
-    t - log(n / (a P_max)): the next root starts there, with a = _FIRST_AIM when a short
-    pass is continued (``mode`` AIM_RESUME: it costs only the nodes it adds) and
-    _REPEAT_AIM when it is repeated whole (AIM_REPEAT), the step clipped to _AIM_STEP.
-    Counts that move in steps (AIM_TIES) would make that oscillate across a step: they
-    lower t only past 2 P_max nodes, to about 1.5 P_max.
+    t - log(n / (a P_max)): the next root starts there (``a`` from :func:`_tune`), the
+    step clipped to _AIM_STEP. Counts that move in steps (``mode`` AIM_TIES) would make
+    that oscillate across a step: they lower t only past 2 P_max nodes, to about
+    1.5 P_max.
     """
     if mode == AIM_TIES:
         if n > 2 * p_max:
             t -= 0.5 * math.log(n / (1.5 * p_max))
         return t
-    a = _FIRST_AIM if mode == AIM_RESUME else _REPEAT_AIM
     step = math.log(n / (a * p_max)) if n > 0 else -_AIM_STEP
     return t - min(max(step, -_AIM_STEP), _AIM_STEP)
 
@@ -784,14 +810,15 @@ def new_workspace(p_max, head_cap):
     """Buffers of one worker: node arrays (6 P_max + 64), :func:`first_levels` levels
     (both grow on demand), the bucket rows of :func:`_score_nested`, the nodes' records
     for :func:`_resume` (:func:`_record_buffers`), each level's owner, and flags
-    (``flags[0]``: 1 once continuation is off for this worker, see :func:`grow_tree`)."""
+    (``flags[0]``: 1 once the worker has seen exact ties, ``flags[1]``: the aim of its
+    next first pass, in P_max, 0 until set; see :func:`grow_tree`)."""
     cap = 6 * p_max + 64
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
     sel = np.empty((min(SEL_ROWS, cap // _B_PER) + 2, SEL_COLS), np.int64)
     nkey, nxt, nrk = _record_buffers(cap)
     own = np.empty(keys.shape[0], np.int64)
-    flags = np.zeros(1, np.int64)
+    flags = np.zeros(2)
     return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
             own, flags)
 
@@ -808,8 +835,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     continued (:func:`_resume`), not repeated; its nodes are then no longer in pre-order,
     so when a budget's cut has more than one node in its tie zone (where pre-order breaks
     ties) the root is collected again in one pass at the final threshold, and the
-    worker's later roots repeat short passes instead (a family with exact ties: lattices,
-    a Zipf law shared by every node). Only closed-form families with a drawn root
+    worker's later roots repeat short passes instead; families with exact ties
+    (:func:`_lattice`: lattices, a Zipf law shared by every node) never continue. Only closed-form families with a drawn root
     continue passes: a lazy family's level lists just the ranks above its cut-off, and a
     contextual family's node needs its parent's level.
     With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
@@ -822,8 +849,12 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
-    resume = closed and root_mode == ROOT_DRAW and flags[0] == 0
+    if closed and flags[0] == 0.0 and _lattice(kinds, fpar):
+        flags[0] = 1.0
+    resume = closed and root_mode == ROOT_DRAW and flags[0] == 0.0
     mode = AIM_TIES if flags[0] == 1 else (AIM_RESUME if resume else AIM_REPEAT)
+    passes = 0
+    short = False
     cap = pos.shape[0]
     top = _top_bound(kinds, fpar, ipar, data, closed, cap)
     visited = 0
@@ -860,6 +891,9 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             continue
         visited += cap - n0 if n == _ABORT else n - n0
         core = n if n < p_max else _within(pos, n, t)
+        if passes == 0:
+            short = 0 <= core < p_max
+        passes += 1
         done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
         fresh = n == _ABORT or not resume
         if fresh:
@@ -873,7 +907,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             nkey, nxt, nrk = _record_buffers(cap)
         if done:
             used, zone = _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
-                                       dep_out, col, flags[0] == 1)
+                                       dep_out, col, flags[0] == 1.0)
             if zone > 1:            # exact ties: aim as for them, continue no more passes
                 flags[0] = 1
             if not (resumed and zone > 1):
@@ -885,7 +919,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         if t > T_LIMIT:             # the threshold passed every positive path probability
             return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
                                 head, sel, nkey, nxt, nrk, own, flags)
-    return visited, _aim(n, p_max, t, mode), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev,
+    flags[1] = _tune(flags[1], short, mode)
+    return visited, _aim(n, p_max, t, mode, flags[1]), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev,
                                                 c_lev, lf, li, head, sel, nkey, nxt, nrk, own, flags)
 
 
@@ -971,6 +1006,8 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     cap = pos.shape[0]
     top = _top_bound(kinds, fpar, ipar, data, closed, cap)
     mode = AIM_TIES if flags[0] == 1 else AIM_REPEAT
+    passes = 0
+    short = False
     visited = 0
     t_lo = -np.inf
     t_hi = np.inf
@@ -998,6 +1035,9 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         visited += cap if n == _ABORT else n
         # as grow_tree: done only when P nodes lie at or below t itself (ties at the cut)
         core = n if n < p_max else _within(pos, n, t)
+        if passes == 0:
+            short = 0 <= core < p_max
+        passes += 1
         done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
         if widen:
             if 2 * cap > MAX_NODES:
@@ -1012,9 +1052,10 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
                                  nxt, nrk, own, flags), 0
     if _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col,
-                     flags[0] == 1)[1] > 1:
+                     flags[0] == 1.0)[1] > 1:
         flags[0] = 1                # exact ties: aim as for them (see grow_tree)
-    return (visited, _aim(n, p_max, t, mode),
+    flags[1] = _tune(flags[1], short, mode)
+    return (visited, _aim(n, p_max, t, mode, flags[1]),
             (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
                                  nxt, nrk, own, flags), n)
 
@@ -1043,7 +1084,7 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
         e = starts[r + 1]
         if e - s >= need:
             _score_nested(e - s, pos[s:e], dep[s:e], onpath[s:e], order, sel, sbudgets[r], tmp_acc,
-                          tmp_exp, tmp_dep, 0, ws[17][0] == 1)
+                          tmp_exp, tmp_dep, 0, ws[17][0] == 1.0)
         else:
             if not t1 == t1:
                 t1 = start_threshold(need)
