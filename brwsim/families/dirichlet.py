@@ -8,6 +8,7 @@ import numpy as np
 from scipy import special
 
 from brwsim.families.base import Component, Moments, check_int, check_positive
+from brwsim.families.betaquantile import tree_block
 from brwsim.families.orderstat import LAZY_ABOVE, _OrderStatFamily
 from brwsim.kernels import dist as K
 from brwsim.theory.beta_laws import beta_step_law
@@ -25,18 +26,26 @@ AGGREGATE_VOCAB = (100, LAZY_ABOVE)
 
 
 def aggregation_component(alpha: float, vocab: int) -> Component:
-    """The exact lazy DIRICHLET component (``brwsim.kernels.dist._dirichlet_init``)."""
-    return Component(K.DIRICHLET, [alpha], [vocab], head_cap=K.dirichlet_head_cap(vocab))
+    """The lazy DIRICHLET component (``brwsim.kernels.dist._dirichlet_init``), with the Beta
+    quantile tables of its splits (:func:`brwsim.families.betaquantile.tree_block`)."""
+    return Component(K.DIRICHLET, [alpha], [vocab], data=tree_block(float(alpha), int(vocab)),
+                     head_cap=K.dirichlet_head_cap(vocab))
 
 
 class Dirichlet(_OrderStatFamily):
     """Symmetric Dirichlet(alpha) over ``vocab`` tokens (normalised Gamma(alpha) weights).
 
-    Two exact samplers draw a node, both a function of the node's key. For alpha in
+    Two samplers draw a node, both a function of the node's key. For alpha in
     ``AGGREGATE_ALPHA`` at vocabularies in ``AGGREGATE_VOCAB``: binary aggregation (halves
     of the vocabulary split by Beta(m1 alpha, m2 alpha) fractions, groups below the
     caller's cut-off never split, ``brwsim.kernels.dist._dirichlet_init``): about
-    log2(vocab) beta draws per node of a tree pass, and log2(vocab) per listed rank.
+    log2(vocab) beta draws per node of a tree pass, and log2(vocab) per listed rank. Each
+    beta draw inverts a tabulated quantile (:mod:`brwsim.families.betaquantile`, built
+    when the family is compiled: 4-11 ms per new side, about 140 ms for a first
+    ``Dirichlet(0.05, 200).spec()`` against 0.2 ms before; cached per shape pair), exact
+    up to the tables' measured error of at most 1e-11 in log B. Measured per split: about
+    43 ns against 58-95 ns for the rejection samplers (latency of log, exp, sqrt and the
+    spline lookups).
     Otherwise, and for tempered nodes (``beta != 1``, whose normaliser needs every
     weight), the order statistics of :class:`~brwsim.families.orderstat._OrderStatFamily`
     (lazy, with a drawn tail sum, above ``LAZY_ABOVE`` tokens). Per node of a threshold

@@ -9,6 +9,7 @@ import numpy as np
 from scipy import special
 
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
+from brwsim.families.betaquantile import pair_block
 from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
@@ -27,7 +28,11 @@ __all__ = ["Peaked"]
 class Peaked(Family):
     """Top-1 mass m ~ Beta(a, b); the other 1 - m spread Zipf(s) over the other vocab - 1 tokens.
 
-    The shape of real LLM next-token distributions: most positions nearly certain.
+    The shape of real LLM next-token distributions: most positions nearly certain. A node
+    draws m by inverting a tabulated Beta quantile at one uniform
+    (:mod:`brwsim.families.betaquantile`; log m and log(1 - m) within 1e-11), or, for
+    shapes whose table would need more than 2048 intervals or outside [1e-6, 100]
+    (e.g. b / a >~ 10 with a < 1), exactly as G1 / (G1 + G2) of two gammas.
     """
 
     name = "peaked"
@@ -45,7 +50,9 @@ class Peaked(Family):
     def components(self, beta: float = 1.0) -> list[Component]:
         log_h1 = math.log(zipf_sum(self.vocab - 1, self.s, 0))
         log_hb = math.log(zipf_sum(self.vocab - 1, beta * self.s, 0))
-        return [Component(K.PEAKED, [self.a, self.b, beta * self.s, beta, log_h1, log_hb], [self.vocab])]
+        table, _ = pair_block([(self.a, self.b)])
+        return [Component(K.PEAKED, [self.a, self.b, beta * self.s, beta, log_h1, log_hb], [self.vocab],
+                          data=table)]
 
     def _zipf_part(self) -> tuple[float, float, float]:
         """Entropy, sum z log^2 z and ``-sum z log z`` moments of the Zipf part (V - 1 tokens)."""

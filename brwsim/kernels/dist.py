@@ -54,6 +54,7 @@ from numba import types
 from numba.extending import overload
 
 from brwsim.kernels import inline_kernel, kernel
+from brwsim.kernels.betaquantile import beta_log_pair
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
@@ -73,7 +74,7 @@ LSTM = 9     # textgenrnn's char-LSTM: weights in data (brwsim.kernels.lstm), fp
 TRANSFORMER = 10  # GPT-2 / Llama checkpoint (brwsim.kernels.transformer): fpar[c] = beta, carry,
                   # window; ipar[c, 2] = context slots (window + carry)
 DIRICHLET = 11   # symmetric Dirichlet by binary aggregation: fpar[c, 0] = alpha,
-                 # ipar[c, 2] = vocab (see _dirichlet_init)
+                 # ipar[c, 2] = vocab, data: Beta quantile tables (see _dirichlet_init)
 
 NF = 8          # float parameters per component
 NI = 6          # int parameters per component
@@ -300,15 +301,23 @@ def _log_beta_split(a, b, gk):
 
 
 @kernel
-def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
+def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
     """A DIRICHLET level: the node's ranks above ``min_logq``, sorted, in its head row.
 
     A symmetric Dirichlet(alpha) over n tokens is a binary aggregation tree (exact): a
     group of m tokens with mass M splits into its first m1 = m // 2 tokens and the other
     m2 with masses M B and M (1 - B), B ~ Beta(m1 alpha, m2 alpha) independent of M and
     of every other split; a group of one token is that token's probability. Group g (the
-    root is 1, the halves of g are 2g and 2g + 1) draws its B (:func:`_log_beta_split`)
-    from its own stream, a hash of (node key, g), so a token's log-probability is the
+    root is 1, the halves of g are 2g and 2g + 1) draws its B from its own stream, a hash
+    of (node key, g): by inversion of the first uniform of that stream through the
+    tabulated Beta quantile of its shape pair (:func:`brwsim.kernels.betaquantile.beta_log_pair`,
+    tables built with the family by :func:`brwsim.families.betaquantile.tree_block`; in
+    ``data``, entry m of the first ``vocab + 1`` is the offset of the pair of a group of m
+    tokens), exact up to the tables' error of at most 1e-11 in log B and log(1 - B), plus
+    the rounding of log u amplified by 1 / (m1 alpha) (about 1e-16 / shape). A pair whose
+    table would need more than 2048 intervals (none at the alphas and vocabularies
+    tested, 1e-6-0.079 and 100-1024) is drawn
+    exactly by :func:`_log_beta_split` from the same stream. So a token's log-probability is the
     same sum whichever groups are visited: the node is a function of its key, and the
     ranks above any cut-off are the same numbers for every cut-off.
 
@@ -321,6 +330,7 @@ def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
     """
     alpha = fpar[c, 0]
     n = ipar[c, 2]
+    base = ipar[c, 0]
     cut = min_logq - 1e-9 * (1.0 + abs(min_logq)) if min_logq > -np.inf else NEG_INF
     row = head[d]
     k = 0
@@ -340,8 +350,12 @@ def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
             continue
         g = row[o + 2]
         m1 = m // 2
-        lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha,
-                                   mix(dk + np.uint64(g) * _GROUP_KEY))
+        gk = mix(dk + np.uint64(g) * _GROUP_KEY)
+        pair = int(data[base + m])
+        if pair >= 0 and data[base + pair + 1] >= 0.0:
+            lb1, lb2 = beta_log_pair(data, base, pair, unit(gk, 0))
+        else:
+            lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha, gk)
         l1 = lm + lb1
         l2 = lm + lb2
         # push the lighter half first, so that the heavier one is walked first
@@ -359,16 +373,24 @@ def _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq):
 
 
 @kernel
-def _peaked_params(a, b, s_beta, beta, log_h1, log_hb, dk):
+def _peaked_params(data, base, n_data, a, b, s_beta, beta, log_h1, log_hb, dk):
     """(log q of the top-1 token, log coefficient of the Zipf part) of a Peaked node.
 
     Weights m**beta and ((1 - m) i**-s / H(n-1, s))**beta for i = 1..n-1, m ~ Beta(a, b).
+    With a table of (a, b) in ``data[base:base + n_data]`` (the pair at offset 0), m is
+    the inverse CDF at the uniform ``unit(dk, 1)``, log m and log(1 - m) both accurate
+    (:func:`brwsim.kernels.betaquantile.beta_log_pair`); without one (``n_data == 0`` or
+    an untabulated pair), two gammas G1 / (G1 + G2) from the streams ``mix(dk ^ 1)`` and
+    ``mix(dk ^ 2)``.
     """
-    g1 = gamma(a, mix(dk ^ np.uint64(1)))
-    g2 = gamma(b, mix(dk ^ np.uint64(2)))
-    log_tot = math.log(g1 + g2)
-    log_m = math.log(g1) - log_tot if g1 > 0.0 else NEG_INF
-    log_rest = math.log(g2) - log_tot if g2 > 0.0 else NEG_INF
+    if n_data > 0 and data[base + 1] >= 0.0:
+        log_m, log_rest = beta_log_pair(data, base, 0, unit(dk, 1))
+    else:
+        g1 = gamma(a, mix(dk ^ np.uint64(1)))
+        g2 = gamma(b, mix(dk ^ np.uint64(2)))
+        log_tot = math.log(g1 + g2)
+        log_m = math.log(g1) - log_tot if g1 > 0.0 else NEG_INF
+        log_rest = math.log(g2) - log_tot if g2 > 0.0 else NEG_INF
     log_coef = beta * (log_rest - log_h1)
     top = beta * log_m
     hi = max(top, log_coef + log_hb)
@@ -564,8 +586,8 @@ def _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li):
         nrows = ipar[c, 2]
         li[d, 3] = min(int(unit(dk, 1) * nrows), nrows - 1)
     elif kind == PEAKED:
-        top, coef = _peaked_params(fpar[c, 0], fpar[c, 1], fpar[c, 2], fpar[c, 3],
-                                   fpar[c, 4], fpar[c, 5], dk)
+        top, coef = _peaked_params(data, ipar[c, 0], ipar[c, 1], fpar[c, 0], fpar[c, 1],
+                                   fpar[c, 2], fpar[c, 3], fpar[c, 4], fpar[c, 5], dk)
         lf[d, 0] = top
         lf[d, 1] = coef
         lf[d, 2] = fpar[c, 2]
@@ -636,7 +658,7 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     elif kind == ORDERSTAT:
         _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
     elif kind == DIRICHLET:
-        _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq)
+        _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq)
     elif kind == ENTROPY:
         # data holds (shape parameter, log normaliser) per entropy value, tempered
         off, n_vals = ipar[c, 0], ipar[c, 1] // 2

@@ -1,0 +1,135 @@
+"""Tabulated Beta quantiles (brwsim.families.betaquantile, brwsim.kernels.betaquantile).
+
+The kernel's (log X, log(1 - X)) at a uniform u must be the Beta(a, b) quantile at u: it is
+checked against ``scipy.special.betainc`` (the CDF at the returned x must be u, converted
+to an error in log x through the density) and ``betaincinv``, on both sides of the median
+split, for tiny, small, equal, unequal and large shapes; sampled X must pass a KS test
+against ``scipy.stats.beta``, and a negative control must fail it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from brwsim.families.betaquantile import (
+    MAX_INTERVALS,
+    TOLERANCE,
+    pair_block,
+    side_table,
+    tree_block,
+)
+from brwsim.kernels.betaquantile import beta_log_pair
+
+PAIRS = [(0.05, 0.05), (0.05, 0.1), (1.25, 1.25), (5.0, 5.0), (4.0, 0.5), (0.5, 4.0),
+         (40.0, 40.0), (1e-6, 2e-6)]
+
+
+@nb.njit(cache=False)
+def _draw(data, us):
+    out = np.empty((us.size, 2))
+    for i in range(us.size):
+        out[i, 0], out[i, 1] = beta_log_pair(data, 0, 0, us[i])
+    return out
+
+
+def _table(a, b):
+    block, _ = pair_block([(a, b)])
+    assert block[1] >= 0 and block[2] >= 0, f"({a}, {b}) not tabulated"
+    return block
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_measured_error_within_tolerance(a, b):
+    for p, q in ((a, b), (b, a)):
+        _, err, n = side_table(p, q)
+        assert err <= TOLERANCE and n <= MAX_INTERVALS
+
+
+@pytest.mark.parametrize("a,b", [p for p in PAIRS if min(p) >= 0.05])
+def test_quantile_against_scipy(a, b):
+    """At 4000 levels on each side: betainc(x) = u to 1e-10 in log x (table + scipy's own error)."""
+    data = _table(a, b)
+    m0 = data[0]
+    lo = np.exp(np.linspace(math.log(2.0 ** -50), math.log(m0), 4000))      # lower side: u
+    hi = 1.0 - np.exp(np.linspace(math.log(2.0 ** -50), math.log1p(-m0), 4000))  # upper: 1 - u small
+    u = np.concatenate([lo, hi])
+    u = u[(u > 0) & (u <= 1)]
+    res = _draw(data, u)
+    lx, l1x = res[:, 0], res[:, 1]
+    x = np.exp(lx)
+    # the complement's log from the table agrees with log1p(-x) and with its own exp
+    lower = u <= m0
+    assert np.max(np.abs(l1x[lower] - np.log1p(-x[lower]))) < 1e-11
+    assert np.max(np.abs(lx[~lower] - np.log1p(-np.exp(l1x[~lower])))) < 1e-11
+    # lower side: I_x(a, b) = u; upper side: I_{1-x}(b, a) = 1 - u
+    pdf_lo = stats.beta.pdf(x[lower], a, b)
+    err_lo = np.abs(special.betainc(a, b, x[lower]) - u[lower]) / (x[lower] * pdf_lo)
+    y = np.exp(l1x[~lower])
+    err_hi = np.abs(special.betainc(b, a, y) - (1.0 - u[~lower])) / (y * stats.beta.pdf(y, b, a))
+    err = max(err_lo.max(), err_hi.max())
+    assert err < 1e-10, f"max error in log x {err:.2g}"
+    # and betaincinv where it is well conditioned (x not tiny)
+    ok = lower & (x > 1e-8)
+    ref = np.log(special.betaincinv(a, b, u[ok]))
+    assert np.max(np.abs(lx[ok] - ref)) < 1e-9
+
+
+def test_tiny_shapes_in_logs():
+    """Beta(1e-6, 2e-6): x underflows, log x does not; I_x = x**a F / (a B) in logs."""
+    a, b = 1e-6, 2e-6
+    data = _table(a, b)
+    u = np.array([1e-16, 1e-3, 0.3, 0.6, data[0] * (1 - 1e-9)])
+    lx = _draw(data, u)[:, 0]
+    log_ab = special.gammaln(a + 1) + special.gammaln(b + 1) - special.gammaln(a + b + 1) \
+        + math.log1p(a / b)
+    # leading order: log x = (log u + log(a B)) / a, exact as x -> 0
+    lead = (np.log(u) + log_ab) / a
+    assert np.all(np.isfinite(lx))
+    assert abs(lx[0] - lead[0]) < 1e-6 and lx[0] < -3e7
+
+
+def _logodds_cdf(a, b):
+    """CDF of log(X / (1 - X)) for X ~ Beta(a, b), accurate in both tails (scipy)."""
+    def cdf(t):
+        t = np.asarray(t, dtype=np.float64)
+        w = special.expit(-np.abs(t))           # min(X, 1 - X), never rounded to 1
+        return np.where(t <= 0, special.betainc(a, b, w), 1.0 - special.betainc(b, a, w))
+    return cdf
+
+
+@pytest.mark.parametrize("a,b", PAIRS[:6])
+def test_samples_ks_against_scipy(a, b):
+    """KS of the log-odds of 20000 draws (X itself rounds to 1.0 for small shapes)."""
+    data = _table(a, b)
+    u = 1.0 - np.random.default_rng(7).random(20000)   # (0, 1] like brwsim.kernels.rng.unit
+    res = _draw(data, u)
+    assert stats.kstest(res[:, 0] - res[:, 1], _logodds_cdf(a, b)).pvalue > 1e-3
+    x = np.exp(res[:, 0])
+    if a >= 1.0:                                        # no mass rounded to 1.0: X itself
+        assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("wrong", [(0.05 * 1.1, 0.05), (1.25 * 1.1, 1.25)])
+def test_negative_control_detects_a_shape_change(wrong):
+    a, b = wrong[0] / 1.1, wrong[1]
+    u = 1.0 - np.random.default_rng(7).random(20000)
+    res = _draw(_table(a, b), u)
+    assert stats.kstest(res[:, 0] - res[:, 1], _logodds_cdf(*wrong)).pvalue < 1e-3
+
+
+@pytest.mark.parametrize("alpha,vocab", [(0.05, 200), (1e-6, 100), (0.079, 1024)])
+def test_every_aggregation_pair_is_tabulated(alpha, vocab):
+    data = tree_block(alpha, vocab)
+    pairs = data[2:vocab + 1]
+    pairs = pairs[pairs >= 0].astype(int)
+    assert pairs.size > 0 and np.all(data[pairs + 1] >= 0) and np.all(data[pairs + 2] >= 0)
+
+
+def test_untabulated_pair_falls_back():
+    block, _ = pair_block([(0.5, 20.0)])
+    assert block[1] == -1 and block[2] == -1
