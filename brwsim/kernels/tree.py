@@ -12,14 +12,20 @@ depth, then pre-order. The pass collects every node up to ``_tie_cut(t)``, past 
 tied with one <= t; if at least P_max nodes fall below t itself, the P_max first by
 (S with ties, depth, pre-order index) are exactly T_{P_max}; pre-order among tied (S,
 depth) is the lexicographic order of rank paths, so the tie-break does not depend on t.
-:func:`_select_nested` partitions them once per budget (largest first, expected linear
-time: a quickselect on plain float positions, then the full order only among the few nodes
-within 8 TIE_REL of the cut, see :func:`_select`) and accumulates, per budget, the path
-probabilities (in two-limb fixed point, so the sum is exact and independent of the order
-of addition, hence of the budget list and of t), the path nodes and the maximum depth.
-Large selections first split the nodes in one pass around two values read off a sample
-(:func:`_select`), and a pass over a closed-form family does not set up a node whose
-rank 0 is provably above t (:func:`_collect`); neither changes a tree.
+:func:`_score_nested` scores every budget from buckets of position: two counting passes,
+then a selection inside each budget's bucket only; :func:`_select_nested` (nested
+quickselects over all nodes, largest budget first, the full order only among the few
+nodes within 8 TIE_REL of the cut, see :func:`_select`) is its fallback. Both sum, per
+budget, the path probabilities (in two-limb fixed point, so the sum is exact and
+independent of the order of addition, hence of the budget list and of t), the path nodes
+and the maximum depth. Large selections first split the nodes in one pass around two
+values read off a sample (:func:`_select`), and a pass over a closed-form family does not
+set up a node whose rank 0 is provably above t (:func:`_walk`); neither changes a tree.
+
+Thresholds (:func:`grow_tree`): each root's first pass aims at a tuned multiple of P_max
+nodes from the last root's count (:func:`_aim`, :func:`_tune`); a short pass of a
+closed-form family is continued from per-node records (:func:`_resume`), others repeat it.
+The trees never depend on the thresholds.
 
 Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
 table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
@@ -819,8 +825,8 @@ def new_workspace(p_max, head_cap):
     nkey, nxt, nrk = _record_buffers(cap)
     own = np.empty(keys.shape[0], np.int64)
     flags = np.zeros(2)
-    return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-            own, flags)
+    return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
+            nrk, own, flags)
 
 
 @njit_cached
@@ -831,14 +837,15 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     The optimal tree among nodes of depth <= ``max_depth`` (NO_DEPTH_CAP: unconstrained);
     the restriction keeps trees prefix-closed, so it is still the top P by path probability.
     The threshold ``t`` is adapted between passes (it only changes the speed, never the
-    result). For i.i.d. families with a drawn root a pass short of P_max nodes is
-    continued (:func:`_resume`), not repeated; its nodes are then no longer in pre-order,
-    so when a budget's cut has more than one node in its tie zone (where pre-order breaks
-    ties) the root is collected again in one pass at the final threshold, and the
-    worker's later roots repeat short passes instead; families with exact ties
-    (:func:`_lattice`: lattices, a Zipf law shared by every node) never continue. Only closed-form families with a drawn root
-    continue passes: a lazy family's level lists just the ranks above its cut-off, and a
-    contextual family's node needs its parent's level.
+    result): each root's first pass aims at a tuned multiple of P_max nodes (:func:`_aim`,
+    :func:`_tune`). For closed-form families with a drawn root a pass short of P_max
+    nodes is continued (:func:`_resume`), not repeated (a lazy family's level lists just
+    the ranks above its cut-off, a contextual family's node needs its parent's level:
+    they repeat it). A continued pass's nodes are no longer in pre-order, so when a
+    budget's cut has more than one node in its tie zone (where pre-order breaks ties) the
+    root is collected again in one pass at the final threshold, and the worker's later
+    roots repeat short passes; families with exact ties (:func:`_lattice`: lattices, a
+    Zipf law shared by every node) never continue.
     With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
     Returns (nodes visited, next threshold, workspace), or visited = HUGE_TIE when more than
     MAX_NODES nodes tie at one position, TOO_FEW when fewer than P_max nodes within the
@@ -900,8 +907,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             resumed = False
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf,
-                                     li, head, sel, nkey, nxt, nrk, own, flags)
+                return HUGE_TIE, t, ws     # (the caller stops: an error)
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
             nkey, nxt, nrk = _record_buffers(cap)
@@ -917,11 +923,11 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             resumed = False
             continue
         if t > T_LIMIT:             # the threshold passed every positive path probability
-            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
-                                head, sel, nkey, nxt, nrk, own, flags)
+            return TOO_FEW, t, ws      # (the caller stops: an error)
     flags[1] = _tune(flags[1], short, mode)
-    return visited, _aim(n, p_max, t, mode, flags[1]), (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev,
-                                                c_lev, lf, li, head, sel, nkey, nxt, nrk, own, flags)
+    ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
+          nrk, own, flags)
+    return visited, _aim(n, p_max, t, mode, flags[1]), ws
 
 
 @njit_cached
@@ -1041,23 +1047,21 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
         if widen:
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
-                                 nxt, nrk, own, flags), 0
+                return HUGE_TIE, t, ws, 0  # (the caller stops: an error)
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
             nkey, nxt, nrk = _record_buffers(cap)
         if done:
             break
         if t > T_LIMIT:
-            return TOO_FEW, t, (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
-                                 nxt, nrk, own, flags), 0
+            return TOO_FEW, t, ws, 0   # (the caller stops: an error)
     if _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col,
                      flags[0] == 1.0)[1] > 1:
         flags[0] = 1                # exact ties: aim as for them (see grow_tree)
     flags[1] = _tune(flags[1], short, mode)
-    return (visited, _aim(n, p_max, t, mode, flags[1]),
-            (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey,
-                                 nxt, nrk, own, flags), n)
+    ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
+          nrk, own, flags)
+    return visited, _aim(n, p_max, t, mode, flags[1]), ws, n
 
 
 @njit_cached
