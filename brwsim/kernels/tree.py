@@ -171,16 +171,13 @@ def _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc
         on_lev[d] = 1
         u_lev[d] = fu
         c_lev[d] = fc
-    if closed:
-        closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li)
-        if li[d, 0] == PEAKED:          # its order of ranks has state: replay them
-            for r in range(nrk[i]):
-                closed_next(fpar, ipar, data, d, lf, li)
-        else:                           # rank-indexed: skip them
-            li[d, 1] = nrk[i]
-    else:
-        dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, s_lev[d] - t,
-                  d - 1 if i != root else ROOT_DRAW, 0)
+    # (dist_init sets up a closed-form level exactly as closed_init: the inline helpers
+    # stay in the hot loop only, each inlined copy costs compile time)
+    dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, s_lev[d] - t,
+              d - 1 if i != root else ROOT_DRAW, 0)
+    if closed and li[d, 0] != PEAKED:   # rank-indexed: skip the ranks before
+        li[d, 1] = nrk[i]
+    else:                               # an order with state: replay them
         for r in range(nrk[i]):
             dist_next(fpar, ipar, data, key, d, lf, li, head)
     return j + 1, d
@@ -320,10 +317,8 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t
     own[0] = nkey.shape[0] - 1
     if rec:
         nkey[nkey.shape[0] - 1] = rkey
-    if closed:
-        closed_init(kinds, cw, fpar, ipar, data, rkey, 0, lf, li)
-    else:
-        dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
+    # (for a closed-form family, the same state as closed_init: see _restart)
+    dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
     return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 0, 0, rec, -1,
                  -2, 0.0, 0.0, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev,
                  c_lev, lf, li, head)
