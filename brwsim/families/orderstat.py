@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from brwsim.families.base import Component, Family
-from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table
+from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_bounds, orderstat_table
 from brwsim.kernels import dist as K
 
 __all__ = ['LAZY_ABOVE', 'LAZY_HEAD']
@@ -60,5 +62,13 @@ class _OrderStatFamily(Family):
         n_head = LAZY_HEAD if lazy else self.vocab
         table = orderstat_table(self._law, self._param(), float(beta))
         inv_h = N_INTERVALS / (X_MAX - X_MIN)
-        return [Component(K.ORDERSTAT, [X_MIN, inv_h], [self.vocab, N_INTERVALS, n_head, int(lazy)],
-                          data=table, head_cap=n_head)]
+        # the log-weight spline's values at the ends of a grid of cells in A, for
+        # _orderstat_below's cheap proofs that a node's rank 0 is below a cut-off
+        bounds = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
+        slack = 0.0
+        if bounds is not None:
+            table = np.concatenate([table, bounds[0]])
+            slack = bounds[1]
+        return [Component(K.ORDERSTAT, [X_MIN, inv_h, slack], [self.vocab, N_INTERVALS, n_head, int(lazy)],
+                          data=table,
+                          head_cap=K.orderstat_head_cap(n_head, lazy))]

@@ -57,7 +57,7 @@ from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
-from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.special import f64_bits, spline_eval, zipf_sum
 from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
@@ -118,6 +118,74 @@ def _os_eval(data, fpar, ipar, c, which, a):
                        math.log(a) if a > 0.0 else -1e300)
 
 
+# ORDERSTAT bounds: after the three splines, data may hold OS_BOUND_CELLS + 1 values of the
+# log-weight spline at the cells' ends A = 2**e (1 + k / 2**OS_CELL_BITS) for
+# e in [OS_EMIN, OS_EMAX), k < 2**OS_CELL_BITS: a cell is read off the bits of A (its
+# exponent and leading mantissa bits, no logarithm). fpar[c, OS_BOUND_SLACK] > 0 marks the
+# table present (the spline is non-increasing over the grid, so within a cell it lies
+# between the cell's end values, up to that slack; see brwsim.families.orderstat).
+OS_CELL_BITS = 7
+OS_EMIN = -48
+OS_EMAX = 2
+OS_BOUND_CELLS = (OS_EMAX - OS_EMIN) << OS_CELL_BITS
+OS_BOUND_SLACK = 2
+_OS_CELL0 = (1023 + OS_EMIN) << OS_CELL_BITS
+# _orderstat_below looks at this many ranks at most
+_PROVE_RANKS = 8
+
+
+# _orderstat_below's relative widening of its A_j, which may differ from the exact test's
+# by a few ulps (products by reciprocals instead of quotients): far beyond 8 ranks' rounding
+_PROVE_WIDEN = 1e-13
+
+
+@kernel
+def _orderstat_below(data, fpar, ipar, c, dk, r_max):
+    """True when the first ranks of the node prove that the exact test of
+    :func:`_orderstat_init` exits (its partial normaliser exceeds ``r_max`` times rank 0,
+    so rank 0 is below the caller's cut-off), without the ranks' exact log-weights.
+
+    A_j is the exact test's sum of -log(u_j) / (n - j), here with products by
+    reciprocals and widened by ``_PROVE_WIDEN`` (relative) to cover the difference; the
+    log-weight lw_j = spline(log A_j) is bounded by the tabulated spline values at the
+    ends of A_j's cell (``OS_CELL_BITS`` mantissa bits), read off the bits of A_j: lw_0
+    from above, lw_j from below, each widened by ``fpar[c, OS_BOUND_SLACK]`` (which covers
+    the rounding of log A_j and of the spline's evaluation). The lower bound of the
+    partial normaliser is compared with r_max after each rank (after rank 1 in logs:
+    lw_1 - lw_0 against log(r_max - 1)). True only when it exceeds r_max, so the exact
+    sum, at least as large, does too. False (undecided) after ``_PROVE_RANKS`` ranks or
+    when A_j lies outside the table: the caller then runs the exact test. Per rank: one
+    logarithm (of the uniform), one product and one table read, and from rank 2 on an
+    exponential, against two logarithms, a quotient, a spline and an exponential for the
+    exact test.
+    """
+    n = ipar[c, 2]
+    tb = ipar[c, 0] + 12 * ipar[c, 3]            # the bound table, after three splines
+    slack = fpar[c, OS_BOUND_SLACK]
+    log_r1 = math.log(r_max - 1.0)                # r_max > 1: the caller's cut-off is < 0
+    a = -math.log(unit(dk, 1)) * (1.0 / n)
+    i = (f64_bits(a * (1.0 - _PROVE_WIDEN)) >> (52 - OS_CELL_BITS)) - _OS_CELL0
+    if i < 0 or i >= OS_BOUND_CELLS:
+        return False
+    up0 = data[tb + i] + slack                    # >= lw_0
+    acc = 1.0
+    for j in range(1, min(_PROVE_RANKS, ipar[c, 4])):
+        a -= math.log(unit(dk, j + 1)) * (1.0 / (n - j))
+        i = (f64_bits(a * (1.0 + _PROVE_WIDEN)) >> (52 - OS_CELL_BITS)) - _OS_CELL0
+        if i < 0 or i >= OS_BOUND_CELLS:
+            return False
+        dlw = data[tb + i + 1] - slack - up0      # <= lw_j - lw_0
+        if j == 1:
+            if dlw > log_r1:
+                return True
+            acc += math.exp(dlw)
+        else:
+            acc += math.exp(dlw)
+            if acc > r_max:
+                return True
+    return False
+
+
 @kernel
 def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     """Descending order statistics of ``vocab`` i.i.d. weights (Dirichlet, SoftmaxNormal).
@@ -130,16 +198,24 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     head weight; the tail ranks then share exactly R (:func:`_orderstat_tail`, see
     ``brwsim.families.Dirichlet``). Generation stops early, leaving the level EMPTY,
     once the partial normaliser proves that even rank 0 has log-probability below
-    ``min_logq``.
+    ``min_logq``; :func:`_orderstat_below` tries that proof first from cheap bounds on
+    the first ranks (the level is then EMPTY without its exact numbers).
 
     Lazy state: ``lf[d, 0]`` log normaliser, ``lf[d, 1]`` A of the last generated rank,
     ``lf[d, 2]`` probability not yet emitted, ``lf[d, 3]`` the last emitted probability,
     ``lf[d, 4]`` the conditional mean of the probability from the next rank on,
-    ``lf[d, 5]`` that mean at the first tail rank.
+    ``lf[d, 5]`` that mean at the first tail rank; ``li[d, 3]`` and ``li[d, 5]`` the
+    first and end rank of the tail block in the head row (:func:`_orderstat_tail`).
     """
     n = ipar[c, 2]
     n_head = ipar[c, 4]
     r_max = math.exp(-min_logq) * _EXIT_MARGIN if min_logq > -700.0 else np.inf
+    # a cheap proof first, when one is possible (the partial normaliser of k ranks is at
+    # most k); undecided, the exact test below decides (and sets the level up)
+    if (r_max < _PROVE_RANKS and fpar[c, OS_BOUND_SLACK] > 0.0
+            and _orderstat_below(data, fpar, ipar, c, dk, r_max)):
+        li[d, 0] = EMPTY
+        return
     a = 0.0
     lw1 = 0.0
     acc = 0.0
@@ -182,12 +258,29 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     lf[d, 3] = math.exp(head[d, n_head - 1])
     lf[d, 4] = mean_z
     lf[d, 5] = mean_z
+    li[d, 3] = n_head                   # no tail block yet
+    li[d, 5] = n_head
     li[d, 0] = ORDERSTAT
 
 
+# Lazy tail ranks are generated in blocks of up to TAIL_BLOCK ranks (fewer at first: as
+# many as the tail ranks listed so far, at least 4), each kept in the level's head row after
+# the head as OS_SNAP numbers: its log-probability and the lazy state after it (A, M, q, mu).
+TAIL_BLOCK = 16
+OS_SNAP = 5
+
+
+def orderstat_head_cap(n_head: int, lazy: bool) -> int:
+    """Head entries of an ORDERSTAT level: the head's ranks, and a lazy tail's block."""
+    return n_head + (OS_SNAP * TAIL_BLOCK if lazy else 0)
+
+
 @kernel
-def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
-    """Log-probability of lazy tail rank ``r`` (>= the head), consistent with the drawn tail sum.
+def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head):
+    """Lazy tail ranks r, r + 1, ... (r >= the head) of level ``d``, consistent with the
+    drawn tail sum, into the level's block (``li[d, 3]`` its first rank, ``li[d, 5]`` the
+    end); ``lf`` holds the state after rank r - 1 and is left unchanged (:func:`dist_next`
+    restores each rank's state as it reads the rank).
 
     State (probability units): M the mass not yet emitted (R / Z at the first tail rank),
     mu = E[sum of ranks >= r | previous order statistic] (mu_0 at the first tail rank)
@@ -196,36 +289,54 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
     g = 2 - 1.4 (mu / mu_0)**0.1 (see ``_TAIL_GAIN``), clipped to
     [M / (m + 1), min(M, previous)]; the last rank takes all of M. The tail thus sums to R
     exactly, ranks never increase, and M <= (m + 1) * previous holds at every step, so the
-    clip is never empty and the last rank fits.
+    clip is never empty and the last rank fits. Once M is exhausted every rank is -inf
+    and the state stays. A block computes the same numbers rank by rank as one rank at a
+    time would; only its independent parts (the order statistics, splines and the gain,
+    none of which depend on M) overlap in the processor.
     """
     n = ipar[c, 2]
-    left = lf[d, 2]
-    if not left > 0.0:
-        return NEG_INF
-    a = lf[d, 1] - math.log(unit(purpose_key(key, DIST), r + 1)) / (n - r)
-    lf[d, 1] = a
+    n_head = ipar[c, 4]
+    count = min(TAIL_BLOCK, max(4, r - n_head), n - r)
+    dk = purpose_key(key, DIST)
     n_int = ipar[c, 3]
-    x = math.log(a)
     log_z = lf[d, 0]
     base = ipar[c, 0]
     x0, inv_h = fpar[c, 0], fpar[c, 1]
-    w = math.exp(spline_eval(data, base + OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
+    a = lf[d, 1]
+    left = lf[d, 2]
     prev = lf[d, 3]
-    m = n - 1 - r
-    if m > 0:
-        c1 = math.exp(a - log_z + spline_eval(data, base + OS_LOGM1 * n_int * 4, n_int, x0,
-                                              inv_h, x))
-        mu = lf[d, 4]
-        frac = mu / lf[d, 5] if lf[d, 5] > mu else 1.0
-        gain = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * frac ** _GAIN_POW
-        out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
-        out = min(max(out, left / (m + 1)), min(left, prev))
-        lf[d, 4] = m * min(c1, w)
-    else:
-        out = min(left, prev)
-    lf[d, 2] = left - out
-    lf[d, 3] = out
-    return math.log(out) if out > 0.0 else NEG_INF
+    mu = lf[d, 4]
+    mu0 = lf[d, 5]
+    o = n_head
+    for k in range(count):
+        rk = r + k
+        lq = NEG_INF
+        if left > 0.0:
+            a = a - math.log(unit(dk, rk + 1)) / (n - rk)
+            x = math.log(a)
+            w = math.exp(spline_eval(data, base + OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
+            m = n - 1 - rk
+            if m > 0:
+                c1 = math.exp(a - log_z + spline_eval(data, base + OS_LOGM1 * n_int * 4, n_int, x0,
+                                                      inv_h, x))
+                frac = mu / mu0 if mu0 > mu else 1.0
+                gain = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * frac ** _GAIN_POW
+                out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
+                out = min(max(out, left / (m + 1)), min(left, prev))
+                mu = m * min(c1, w)
+            else:
+                out = min(left, prev)
+            left = left - out
+            prev = out
+            lq = math.log(out) if out > 0.0 else NEG_INF
+        head[d, o] = lq
+        head[d, o + 1] = a
+        head[d, o + 2] = left
+        head[d, o + 3] = prev
+        head[d, o + 4] = mu
+        o += OS_SNAP
+    li[d, 3] = r
+    li[d, 5] = r + count
 
 
 # DIRICHLET head row: the listed log-probabilities [0, vocab), then the depth-first stack
@@ -716,7 +827,14 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
         if r < ipar[c, 4]:
             out = head[d, r]
         elif r < n:
-            out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
+            if not (li[d, 3] <= r < li[d, 5]):
+                _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head)
+            o = ipar[c, 4] + OS_SNAP * (r - li[d, 3])
+            out = head[d, o]
+            lf[d, 1] = head[d, o + 1]
+            lf[d, 2] = head[d, o + 2]
+            lf[d, 3] = head[d, o + 3]
+            lf[d, 4] = head[d, o + 4]
     elif kind == DIRICHLET and r < li[d, 3]:
         out = head[d, r]
     elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:
