@@ -139,7 +139,7 @@ _PROVE_RANKS = 8
 _PROVE_WIDEN = 1e-13
 
 
-@kernel
+@inline_kernel
 def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     """True when the first ranks of the node prove that the exact test of
     :func:`_orderstat_init` exits (its partial normaliser exceeds ``r_max`` times rank 0,
@@ -186,6 +186,22 @@ def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     return False
 
 
+@inline_kernel
+def _orderstat_r_max(min_logq):
+    """The largest partial normaliser, relative to rank 0, that lets rank 0 reach ``min_logq``."""
+    return math.exp(-min_logq) * _EXIT_MARGIN if min_logq > -700.0 else np.inf
+
+
+@inline_kernel
+def _orderstat_empty(data, fpar, ipar, c, dk, min_logq):
+    """True when :func:`_orderstat_below` proves the node's rank 0 below ``min_logq`` (the
+    level is then EMPTY); tried only where a proof is possible (the partial normaliser of
+    k ranks is at most k) and the component has its bound table. False: undecided."""
+    r_max = _orderstat_r_max(min_logq)
+    return (r_max < _PROVE_RANKS and fpar[c, OS_BOUND_SLACK] > 0.0
+            and _orderstat_below(data, fpar, ipar, c, dk, r_max))
+
+
 @kernel
 def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     """Descending order statistics of ``vocab`` i.i.d. weights (Dirichlet, SoftmaxNormal).
@@ -198,8 +214,7 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     head weight; the tail ranks then share exactly R (:func:`_orderstat_tail`, see
     ``brwsim.families.Dirichlet``). Generation stops early, leaving the level EMPTY,
     once the partial normaliser proves that even rank 0 has log-probability below
-    ``min_logq``; :func:`_orderstat_below` tries that proof first from cheap bounds on
-    the first ranks (the level is then EMPTY without its exact numbers).
+    ``min_logq`` (:func:`dist_init` tries a cheaper proof first, :func:`_orderstat_empty`).
 
     Lazy state: ``lf[d, 0]`` log normaliser, ``lf[d, 1]`` A of the last generated rank,
     ``lf[d, 2]`` probability not yet emitted, ``lf[d, 3]`` the last emitted probability,
@@ -209,13 +224,7 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     """
     n = ipar[c, 2]
     n_head = ipar[c, 4]
-    r_max = math.exp(-min_logq) * _EXIT_MARGIN if min_logq > -700.0 else np.inf
-    # a cheap proof first, when one is possible (the partial normaliser of k ranks is at
-    # most k); undecided, the exact test below decides (and sets the level up)
-    if (r_max < _PROVE_RANKS and fpar[c, OS_BOUND_SLACK] > 0.0
-            and _orderstat_below(data, fpar, ipar, c, dk, r_max)):
-        li[d, 0] = EMPTY
-        return
+    r_max = _orderstat_r_max(min_logq)
     a = 0.0
     lw1 = 0.0
     acc = 0.0
@@ -732,7 +741,12 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     be used, so a family may mark the level EMPTY once it proves none reaches it.
     """
     dk = purpose_key(key, DIST)
-    lo, hi, u_ctx = _context(cprog, key, d, lf, li, head, pd, rank)
+    if cprog[0] == CTX_NONE:            # i.i.d. nodes: _context's first case, without a call
+        li[d, CTX_I] = 0
+        lf[d, CTX_F] = 0.0
+        lo, hi, u_ctx = 0, -1, -1.0
+    else:
+        lo, hi, u_ctx = _context(cprog, key, d, lf, li, head, pd, rank)
     if hi < 0:
         hi = kinds.shape[0]
     c = lo
@@ -745,7 +759,10 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     if kind <= PEAKED and kind != ORDERSTAT:
         _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
     elif kind == ORDERSTAT:
-        _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
+        if _orderstat_empty(data, fpar, ipar, c, dk, min_logq):
+            li[d, 0] = EMPTY
+        else:
+            _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
     elif kind == DIRICHLET:
         _dirichlet_init(fpar, ipar, c, dk, d, li, head, min_logq)
     elif kind == ENTROPY:
