@@ -19,7 +19,8 @@ probabilities (in two-limb fixed point, so the sum is exact and independent of t
 of addition, hence of the budget list and of t), the path nodes and the maximum depth.
 Large selections first split the nodes in one pass around two values read off a sample
 (:func:`_select`), and a pass over a closed-form family does not set up a node whose
-rank 0 is provably above t (:func:`_collect`); neither changes a tree.
+rank 0 is provably above t, nor one over i.i.d. order statistics a node whose rank 0 is
+proven below its cut-off (:func:`_collect`); none of these changes a tree.
 
 Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
 table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
@@ -38,19 +39,22 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import (
     CTX_F,
     CTX_I,
+    CTX_NONE,
     GEOMETRIC,
     LEVEL_F,
     LEVEL_I,
+    ORDERSTAT,
     ROOT_DRAW,
     UNIFORM,
     ZIPF,
+    _orderstat_empty,
     closed_form,
     closed_init,
     closed_next,
     dist_init,
     dist_next,
 )
-from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
+from brwsim.kernels.rng import DIST, PATH, child_key, mix, purpose_key, root_key, unit
 
 _SCALE = 1099511627776.0          # 2**40: fixed-point limb
 _INV_SCALE = 1.0 / _SCALE
@@ -135,6 +139,10 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
                 break
             if ub > top:
                 top = ub
+    # i.i.d. nodes of one ORDERSTAT component: a child whose rank 0 is provably below the
+    # cut-off (dist._orderstat_empty, which dist_init would try first) is never set up
+    os_iid = (not closed and kinds.shape[0] == 1 and kinds[0] == ORDERSTAT
+              and int(cprog[0]) == CTX_NONE)
     keys[0] = rkey
     s_lev[0] = 0.0
     on_lev[0] = 1
@@ -174,6 +182,8 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
             continue                # even the child's rank 0 is above t: it has no children
         rank = li[d, 1] - 1
         ck = child_key(keys[d], rank)
+        if os_iid and _orderstat_empty(data, fpar, ipar, 0, purpose_key(ck, DIST), sc - t):
+            continue                # the same: its level would be EMPTY
         d += 1
         keys[d] = ck
         s_lev[d] = sc
