@@ -299,9 +299,10 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head):
     [M / (m + 1), min(M, previous)]; the last rank takes all of M. The tail thus sums to R
     exactly, ranks never increase, and M <= (m + 1) * previous holds at every step, so the
     clip is never empty and the last rank fits. Once M is exhausted every rank is -inf
-    and the state stays. A block computes the same numbers rank by rank as one rank at a
-    time would; only its independent parts (the order statistics, splines and the gain,
-    none of which depend on M) overlap in the processor.
+    and the state stays. A block computes each rank's numbers with the operations of the
+    rank-by-rank recursion, in phases: the parts that do not depend on M (the order
+    statistics, splines, the gain and the final logarithm) run as loops of independent
+    iterations, which the processor overlaps.
     """
     n = ipar[c, 2]
     n_head = ipar[c, 4]
@@ -309,41 +310,78 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head):
     dk = purpose_key(key, DIST)
     n_int = ipar[c, 3]
     log_z = lf[d, 0]
-    base = ipar[c, 0]
+    off_w = ipar[c, 0] + OS_LOGW * n_int * 4
+    off_m = ipar[c, 0] + OS_LOGM1 * n_int * 4
     x0, inv_h = fpar[c, 0], fpar[c, 1]
     a = lf[d, 1]
     left = lf[d, 2]
     prev = lf[d, 3]
     mu = lf[d, 4]
     mu0 = lf[d, 5]
-    o = n_head
-    for k in range(count):
-        rk = r + k
-        lq = NEG_INF
-        if left > 0.0:
-            a = a - math.log(unit(dk, rk + 1)) / (n - rk)
-            x = math.log(a)
-            w = math.exp(spline_eval(data, base + OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
+    end = n_head + OS_SNAP * count
+    # The rank-by-rank recursion in phases over the block, each a loop whose iterations
+    # are independent (or one cheap operation apart), so that they overlap; each rank's
+    # operations are those of the recursion. Slots per rank: 0 w, then its log-probability;
+    # 1 the increment of A, then A; 2 the gain, then M; 3 q; 4 mu after the rank.
+    if left > 0.0:
+        # 1. increments of A, and 2. A itself (a running difference, in rank order)
+        for o in range(n_head, end, OS_SNAP):
+            rk = r + (o - n_head) // OS_SNAP
+            head[d, o + 1] = math.log(unit(dk, rk + 1)) / (n - rk)
+        for o in range(n_head, end, OS_SNAP):
+            a = a - head[d, o + 1]
+            head[d, o + 1] = a
+        # 3. the order statistics' probabilities w and the conditional means mu
+        for o in range(n_head, end, OS_SNAP):
+            rk = r + (o - n_head) // OS_SNAP
+            ak = head[d, o + 1]
+            x = math.log(ak)
+            w = math.exp(spline_eval(data, off_w, n_int, x0, inv_h, x) - log_z)
+            head[d, o] = w
             m = n - 1 - rk
             if m > 0:
-                c1 = math.exp(a - log_z + spline_eval(data, base + OS_LOGM1 * n_int * 4, n_int, x0,
-                                                      inv_h, x))
-                frac = mu / mu0 if mu0 > mu else 1.0
-                gain = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * frac ** _GAIN_POW
-                out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
-                out = min(max(out, left / (m + 1)), min(left, prev))
-                mu = m * min(c1, w)
-            else:
-                out = min(left, prev)
-            left = left - out
-            prev = out
-            lq = math.log(out) if out > 0.0 else NEG_INF
-        head[d, o] = lq
-        head[d, o + 1] = a
+                c1 = math.exp(ak - log_z + spline_eval(data, off_m, n_int, x0, inv_h, x))
+                head[d, o + 4] = m * min(c1, w)
+        # 4. the gains, from mu before each rank; frac**_GAIN_POW as
+        # exp(_GAIN_POW log(frac)): the same number to a few ulps, at a third of libm's pow
+        mu_k = mu
+        for o in range(n_head, end, OS_SNAP):
+            frac = mu_k / mu0 if mu0 > mu_k else 1.0
+            head[d, o + 2] = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * math.exp(_GAIN_POW * math.log(frac))
+            mu_k = head[d, o + 4]
+    # 5. the clip, rank by rank (M and q carry over); an exhausted M ends the live ranks
+    live = n_head
+    a_k = lf[d, 1]
+    for o in range(n_head, end, OS_SNAP):
+        if not left > 0.0:
+            break
+        rk = r + (o - n_head) // OS_SNAP
+        w = head[d, o]
+        m = n - 1 - rk
+        if m > 0:
+            gain = head[d, o + 2]
+            out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
+            out = min(max(out, left / (m + 1)), min(left, prev))
+            mu = head[d, o + 4]
+        else:
+            out = min(left, prev)
+            head[d, o + 4] = mu
+        left = left - out
+        prev = out
+        a_k = head[d, o + 1]
+        head[d, o + 2] = left
+        head[d, o + 3] = prev
+        live = o + OS_SNAP
+    # 6. log-probabilities of the live ranks; the rest are -inf and keep the state
+    for o in range(n_head, live, OS_SNAP):
+        q = head[d, o + 3]
+        head[d, o] = math.log(q) if q > 0.0 else NEG_INF
+    for o in range(live, end, OS_SNAP):
+        head[d, o] = NEG_INF
+        head[d, o + 1] = a_k
         head[d, o + 2] = left
         head[d, o + 3] = prev
         head[d, o + 4] = mu
-        o += OS_SNAP
     li[d, 3] = r
     li[d, 5] = r + count
 
