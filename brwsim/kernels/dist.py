@@ -57,7 +57,7 @@ from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
-from brwsim.kernels.special import f64_bits, spline_eval, zipf_sum
+from brwsim.kernels.special import bits_f64, f64_bits, spline_eval, zipf_sum
 from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
@@ -272,6 +272,37 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     li[d, 0] = ORDERSTAT
 
 
+# _pow_gain(x) = x**_GAIN_POW for x in (0, 1] without libm: x = 2**e m, m in [1, 2), c the
+# centre of m's cell (1/128 of an octave), x**p = (2**p)**e c**p (1 + t)**p with
+# t = (m - c) / c, |t| <= 2**-8, and (1 + t)**p by its Taylor series to t**4 (remainder
+# below 1.5e-14 relative; measured relative error of the whole below 2e-14, against 1 ulp,
+# 1.1e-16, for libm's pow, at a fraction of its cost).
+_POW_BITS = 7
+_POW_C = 1.0 + (np.arange(1 << _POW_BITS) + 0.5) / (1 << _POW_BITS)
+_POW_CP = _POW_C ** _GAIN_POW
+_POW_INVC = 1.0 / _POW_C
+_POW_E = 2.0 ** (_GAIN_POW * np.arange(0, -1023, -1.0))     # (2**p)**e for e = 0, -1, ...
+_POW_T1 = _GAIN_POW
+_POW_T2 = _GAIN_POW * (_GAIN_POW - 1.0) / 2.0
+_POW_T3 = _GAIN_POW * (_GAIN_POW - 1.0) * (_GAIN_POW - 2.0) / 6.0
+_POW_T4 = _GAIN_POW * (_GAIN_POW - 1.0) * (_GAIN_POW - 2.0) * (_GAIN_POW - 3.0) / 24.0
+_MANT_BITS = 0xFFFFFFFFFFFFF
+_ONE_BITS = 0x3FF0000000000000
+
+
+@inline_kernel
+def _pow_gain(x):
+    """x**_GAIN_POW for x in (0, 1] to 2e-14 (relative), from x's bits and three tables; x
+    below the normal range, or not in (0, 1], goes to libm's pow."""
+    if not (2.2250738585072014e-308 <= x <= 1.0):
+        return x ** _GAIN_POW if x > 0.0 else 0.0
+    b = f64_bits(x)
+    e = (b >> 52) - 1023                    # <= 0
+    i = (b >> (52 - _POW_BITS)) & ((1 << _POW_BITS) - 1)
+    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _POW_C[i]) * _POW_INVC[i]
+    return _POW_E[-e] * _POW_CP[i] * (1.0 + t * (_POW_T1 + t * (_POW_T2 + t * (_POW_T3 + t * _POW_T4))))
+
+
 # Lazy tail ranks are generated in blocks of up to TAIL_BLOCK ranks (fewer at first: as
 # many as the tail ranks listed so far, at least 4), each kept in the level's head row after
 # the head as OS_SNAP numbers: its log-probability and the lazy state after it (A, M, q, mu).
@@ -342,12 +373,11 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head):
             if m > 0:
                 c1 = math.exp(ak - log_z + spline_eval(data, off_m, n_int, x0, inv_h, x))
                 head[d, o + 4] = m * min(c1, w)
-        # 4. the gains, from mu before each rank; frac**_GAIN_POW as
-        # exp(_GAIN_POW log(frac)): the same number to a few ulps, at a third of libm's pow
+        # 4. the gains, from mu before each rank (frac**_GAIN_POW to 2e-14, _pow_gain)
         mu_k = mu
         for o in range(n_head, end, OS_SNAP):
             frac = mu_k / mu0 if mu0 > mu_k else 1.0
-            head[d, o + 2] = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * math.exp(_GAIN_POW * math.log(frac))
+            head[d, o + 2] = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * _pow_gain(frac)
             mu_k = head[d, o + 4]
     # 5. the clip, rank by rank (M and q carry over); an exhausted M ends the live ranks
     live = n_head

@@ -5,7 +5,8 @@
 * :func:`spline_eval`: a cubic spline stored as per-interval coefficients on a uniform
   grid, the quantile tables of order statistics (built with scipy in
   :mod:`brwsim.families.tables`); :func:`spline_val_der` also gives its derivative.
-* :func:`f64_bits`: the bits of a float64, for cell indices on a logarithmic grid.
+* :func:`f64_bits`, :func:`bits_f64`: a float64's bits and back, for cell indices on a
+  logarithmic grid.
 """
 
 from __future__ import annotations
@@ -140,3 +141,15 @@ def f64_bits(typingctx, x):
         return builder.bitcast(args[0], ir.IntType(64))
 
     return types.int64(types.float64), codegen
+
+
+@intrinsic
+def bits_f64(typingctx, b):
+    """The float64 whose IEEE-754 bits are the int64 ``b`` (the inverse of :func:`f64_bits`)."""
+    if b != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
