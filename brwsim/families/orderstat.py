@@ -48,7 +48,13 @@ class _OrderStatFamily(Family):
     on the per-tree SD of E[X | T_P] against exact sampling (Dirichlet(0.05, .) at vocab
     2048 / 4096 / 32000 and P = 256 / 1024 / 4096: SD ratios 0.94 / 1.02 / 1.35, the last
     with 15 exact trees; constant 0.6 gives 2.8 at 32000, power 0.2 gives 0.53). Tail
-    ranks cost O(1) each (two spline evaluations and a power).
+    ranks cost O(1) each (two spline evaluations; the power from a table, within 2e-14 of
+    libm's), generated in blocks of up to ``brwsim.kernels.dist.TAIL_BLOCK`` ranks.
+
+    A threshold pass mostly meets nodes whose rank 0 is below its cut-off; a table of the
+    log-weight spline at the ends of cells of A (read off A's bits) proves that from the
+    first few ranks' bounds, without their exact numbers (``_orderstat_below``), and the
+    node is not set up; undecided nodes run the exact test.
     """
 
     _law = ""
