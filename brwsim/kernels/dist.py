@@ -203,6 +203,13 @@ def _orderstat_empty(data, fpar, ipar, c, dk, min_logq):
 
 
 @kernel
+def orderstat_child_empty(data, fpar, ipar, key, min_logq):
+    """:func:`_orderstat_empty` for the node with ``key`` of a family of one ORDERSTAT
+    component (a call, so that a caller's loop does not carry its code inline)."""
+    return _orderstat_empty(data, fpar, ipar, 0, purpose_key(key, DIST), min_logq)
+
+
+@kernel
 def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     """Descending order statistics of ``vocab`` i.i.d. weights (Dirichlet, SoftmaxNormal).
 

@@ -47,14 +47,14 @@ from brwsim.kernels.dist import (
     ROOT_DRAW,
     UNIFORM,
     ZIPF,
-    _orderstat_empty,
     closed_form,
     closed_init,
     closed_next,
     dist_init,
     dist_next,
+    orderstat_child_empty,
 )
-from brwsim.kernels.rng import DIST, PATH, child_key, mix, purpose_key, root_key, unit
+from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
 
 _SCALE = 1099511627776.0          # 2**40: fixed-point limb
 _INV_SCALE = 1.0 / _SCALE
@@ -140,7 +140,7 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
             if ub > top:
                 top = ub
     # i.i.d. nodes of one ORDERSTAT component: a child whose rank 0 is provably below the
-    # cut-off (dist._orderstat_empty, which dist_init would try first) is never set up
+    # cut-off (dist.orderstat_child_empty, which dist_init would try first) is never set up
     os_iid = (not closed and kinds.shape[0] == 1 and kinds[0] == ORDERSTAT
               and int(cprog[0]) == CTX_NONE)
     keys[0] = rkey
@@ -182,7 +182,7 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, rkey, root_mode, t, cap
             continue                # even the child's rank 0 is above t: it has no children
         rank = li[d, 1] - 1
         ck = child_key(keys[d], rank)
-        if os_iid and _orderstat_empty(data, fpar, ipar, 0, purpose_key(ck, DIST), sc - t):
+        if os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
             continue                # the same: its level would be EMPTY
         d += 1
         keys[d] = ck
