@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from brwsim.families.base import Component, Family
-from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table
+from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_bounds, orderstat_table
 from brwsim.kernels import dist as K
 
 __all__ = ['LAZY_ABOVE', 'LAZY_HEAD']
@@ -46,7 +48,13 @@ class _OrderStatFamily(Family):
     on the per-tree SD of E[X | T_P] against exact sampling (Dirichlet(0.05, .) at vocab
     2048 / 4096 / 32000 and P = 256 / 1024 / 4096: SD ratios 0.94 / 1.02 / 1.35, the last
     with 15 exact trees; constant 0.6 gives 2.8 at 32000, power 0.2 gives 0.53). Tail
-    ranks cost O(1) each (two spline evaluations and a power).
+    ranks cost O(1) each (two spline evaluations; the power from a table, within 2e-14 of
+    libm's), generated in blocks of up to ``brwsim.kernels.dist.TAIL_BLOCK`` ranks.
+
+    A threshold pass mostly meets nodes whose rank 0 is below its cut-off; a table of the
+    log-weight spline at the ends of cells of A (read off A's bits) proves that from the
+    first few ranks' bounds, without their exact numbers (``_orderstat_below``), and the
+    node is not set up; undecided nodes run the exact test.
     """
 
     _law = ""
@@ -60,5 +68,13 @@ class _OrderStatFamily(Family):
         n_head = LAZY_HEAD if lazy else self.vocab
         table = orderstat_table(self._law, self._param(), float(beta))
         inv_h = N_INTERVALS / (X_MAX - X_MIN)
-        return [Component(K.ORDERSTAT, [X_MIN, inv_h], [self.vocab, N_INTERVALS, n_head, int(lazy)],
-                          data=table, head_cap=n_head)]
+        # the log-weight spline's values at the ends of a grid of cells in A, for
+        # _orderstat_below's cheap proofs that a node's rank 0 is below a cut-off
+        bounds = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
+        slack = 0.0
+        if bounds is not None:
+            table = np.concatenate([table, bounds[0]])
+            slack = bounds[1]
+        return [Component(K.ORDERSTAT, [X_MIN, inv_h, slack], [self.vocab, N_INTERVALS, n_head, int(lazy)],
+                          data=table,
+                          head_cap=K.orderstat_head_cap(n_head, lazy))]

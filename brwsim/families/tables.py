@@ -19,7 +19,7 @@ from scipy import special
 
 from brwsim.kernels.special import zipf_sum
 
-__all__ = ["orderstat_table", "zipf_norm_table", "N_INTERVALS", "X_MIN", "X_MAX"]
+__all__ = ["orderstat_table", "orderstat_bounds", "zipf_norm_table", "N_INTERVALS", "X_MIN", "X_MAX"]
 
 N_INTERVALS = 4096
 X_MIN = -60.0
@@ -124,6 +124,66 @@ def orderstat_table(law: str, param: float, beta: float) -> np.ndarray:
     else:
         raise ValueError(f"unknown law {law!r}")
     return np.concatenate([_spline_coef(x, y).ravel() for y in (beta * log_w, m1, m2)])
+
+
+def _spline_non_increasing(coef: np.ndarray, h: float) -> bool:
+    """Whether the cubic spline ``coef`` ((n_int, 4) as :func:`_spline_coef`, interval
+    width ``h``) is non-increasing over its whole grid.
+
+    Each interval's derivative c1 + 2 c2 d + 3 c3 d**2 is a quadratic in d on [0, h]: its
+    maximum is at an end or at its vertex, all checked in float64 (a derivative a few ulps
+    above 0 fails the check).
+    """
+    c1, c2, c3 = coef[:, 1], coef[:, 2], coef[:, 3]
+    der = lambda d: c1 + d * (2.0 * c2 + 3.0 * c3 * d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vertex = np.where(c3 != 0.0, -c2 / (3.0 * c3), 0.0)
+    vertex = np.clip(np.nan_to_num(vertex), 0.0, h)
+    return bool(np.all(der(0.0) <= 0.0) and np.all(der(h) <= 0.0) and np.all(der(vertex) <= 0.0))
+
+
+def _spline_at(coef: np.ndarray, x0: float, inv_h: float, x: np.ndarray) -> np.ndarray:
+    """:func:`brwsim.kernels.special.spline_eval` in numpy (the same operations)."""
+    f = (x - x0) * inv_h
+    i = np.clip(np.trunc(f), 0, coef.shape[0] - 1).astype(np.int64)
+    i = np.where(f < 0.0, 0, i)
+    d = x - (x0 + i / inv_h)
+    c = coef[i]
+    return c[:, 0] + d * (c[:, 1] + d * (c[:, 2] + d * c[:, 3]))
+
+
+def orderstat_bounds(table: np.ndarray, e_min: int, e_max: int, cell_bits: int
+                     ) -> tuple[np.ndarray, float] | None:
+    """Cell-end values of the log-weight spline of an :func:`orderstat_table`, and their slack.
+
+    The kernel (``brwsim.kernels.dist._orderstat_below``) bounds the spline at A by the
+    values at the ends of A's cell, A in [2**e (1 + k / 2**cell_bits),
+    2**e (1 + (k + 1) / 2**cell_bits)) for e in [e_min, e_max): valid when the spline is
+    non-increasing in log A, which is checked here over the whole grid. The slack covers
+    the rounding of log A (1 ulp, times the spline's largest slope over the cells'
+    range) and of the spline's evaluation (ulps of its value), both by orders of
+    magnitude: 1e-10 times the largest slope plus 1e-9 (1 + the largest |value|).
+
+    Returns
+    -------
+    (values, slack) or None
+        ``(e_max - e_min) * 2**cell_bits + 1`` values at the cell ends, in increasing A,
+        and the slack; None when the spline is not non-increasing (no bounds then).
+    """
+    h = (X_MAX - X_MIN) / N_INTERVALS
+    coef = np.asarray(table[:N_INTERVALS * 4], dtype=np.float64).reshape(-1, 4)
+    if not _spline_non_increasing(coef, h):
+        return None
+    k = np.arange(((e_max - e_min) << cell_bits) + 1)
+    ends = np.ldexp(1.0 + (k & ((1 << cell_bits) - 1)) / (1 << cell_bits), e_min + (k >> cell_bits))
+    x = np.log(ends)
+    values = _spline_at(coef, X_MIN, 1.0 / h, x)
+    i0 = max(int((x[0] - X_MIN) / h) - 1, 0)
+    i1 = min(int((x[-1] - X_MIN) / h) + 2, N_INTERVALS)
+    c = coef[i0:i1]
+    slope = np.max(np.abs(c[:, 1]) + 2.0 * h * np.abs(c[:, 2]) + 3.0 * h * h * np.abs(c[:, 3]))
+    slack = 1e-10 * float(slope) + 1e-9 * (1.0 + float(np.max(np.abs(values))))
+    return values, slack
 
 
 def zipf_norm_table(s_lo: float, s_hi: float, vocab: int, n_int: int = 1024) -> np.ndarray:

@@ -58,7 +58,7 @@ from brwsim.kernels.betaquantile import beta_log_pair
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
-from brwsim.kernels.special import spline_eval, zipf_sum
+from brwsim.kernels.special import bits_f64, f64_bits, spline_eval, zipf_sum
 from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
@@ -119,6 +119,97 @@ def _os_eval(data, fpar, ipar, c, which, a):
                        math.log(a) if a > 0.0 else -1e300)
 
 
+# ORDERSTAT bounds: after the three splines, data may hold OS_BOUND_CELLS + 1 values of the
+# log-weight spline at the cells' ends A = 2**e (1 + k / 2**OS_CELL_BITS) for
+# e in [OS_EMIN, OS_EMAX), k < 2**OS_CELL_BITS: a cell is read off the bits of A (its
+# exponent and leading mantissa bits, no logarithm). fpar[c, OS_BOUND_SLACK] > 0 marks the
+# table present (the spline is non-increasing over the grid, so within a cell it lies
+# between the cell's end values, up to that slack; see brwsim.families.orderstat).
+OS_CELL_BITS = 7
+OS_EMIN = -48
+OS_EMAX = 2
+OS_BOUND_CELLS = (OS_EMAX - OS_EMIN) << OS_CELL_BITS
+OS_BOUND_SLACK = 2
+_OS_CELL0 = (1023 + OS_EMIN) << OS_CELL_BITS
+# _orderstat_below looks at this many ranks at most
+_PROVE_RANKS = 8
+
+
+# _orderstat_below's relative widening of its A_j, which may differ from the exact test's
+# by a few ulps (products by reciprocals instead of quotients): far beyond 8 ranks' rounding
+_PROVE_WIDEN = 1e-13
+
+
+@inline_kernel
+def _orderstat_below(data, fpar, ipar, c, dk, r_max):
+    """True when the first ranks of the node prove that the exact test of
+    :func:`_orderstat_init` exits (its partial normaliser exceeds ``r_max`` times rank 0,
+    so rank 0 is below the caller's cut-off), without the ranks' exact log-weights.
+
+    A_j is the exact test's sum of -log(u_j) / (n - j), here with products by
+    reciprocals and widened by ``_PROVE_WIDEN`` (relative) to cover the difference; the
+    log-weight lw_j = spline(log A_j) is bounded by the tabulated spline values at the
+    ends of A_j's cell (``OS_CELL_BITS`` mantissa bits), read off the bits of A_j: lw_0
+    from above, lw_j from below, each widened by ``fpar[c, OS_BOUND_SLACK]`` (which covers
+    the rounding of log A_j and of the spline's evaluation). The lower bound of the
+    partial normaliser is compared with r_max after each rank (after rank 1 in logs:
+    lw_1 - lw_0 against log(r_max - 1)). True only when it exceeds r_max, so the exact
+    sum, at least as large, does too. False (undecided) after ``_PROVE_RANKS`` ranks or
+    when A_j lies outside the table: the caller then runs the exact test. Per rank: one
+    logarithm (of the uniform), one product and one table read, and from rank 2 on an
+    exponential, against two logarithms, a quotient, a spline and an exponential for the
+    exact test.
+    """
+    n = ipar[c, 2]
+    tb = ipar[c, 0] + 12 * ipar[c, 3]            # the bound table, after three splines
+    slack = fpar[c, OS_BOUND_SLACK]
+    log_r1 = math.log(r_max - 1.0)                # r_max > 1: the caller's cut-off is < 0
+    a = -math.log(unit(dk, 1)) * (1.0 / n)
+    i = (f64_bits(a * (1.0 - _PROVE_WIDEN)) >> (52 - OS_CELL_BITS)) - _OS_CELL0
+    if i < 0 or i >= OS_BOUND_CELLS:
+        return False
+    up0 = data[tb + i] + slack                    # >= lw_0
+    acc = 1.0
+    for j in range(1, min(_PROVE_RANKS, ipar[c, 4])):
+        a -= math.log(unit(dk, j + 1)) * (1.0 / (n - j))
+        i = (f64_bits(a * (1.0 + _PROVE_WIDEN)) >> (52 - OS_CELL_BITS)) - _OS_CELL0
+        if i < 0 or i >= OS_BOUND_CELLS:
+            return False
+        dlw = data[tb + i + 1] - slack - up0      # <= lw_j - lw_0
+        if j == 1:
+            if dlw > log_r1:
+                return True
+            acc += math.exp(dlw)
+        else:
+            acc += math.exp(dlw)
+            if acc > r_max:
+                return True
+    return False
+
+
+@inline_kernel
+def _orderstat_r_max(min_logq):
+    """The largest partial normaliser, relative to rank 0, that lets rank 0 reach ``min_logq``."""
+    return math.exp(-min_logq) * _EXIT_MARGIN if min_logq > -700.0 else np.inf
+
+
+@inline_kernel
+def _orderstat_empty(data, fpar, ipar, c, dk, min_logq):
+    """True when :func:`_orderstat_below` proves the node's rank 0 below ``min_logq`` (the
+    level is then EMPTY); tried only where a proof is possible (the partial normaliser of
+    k ranks is at most k) and the component has its bound table. False: undecided."""
+    r_max = _orderstat_r_max(min_logq)
+    return (r_max < _PROVE_RANKS and fpar[c, OS_BOUND_SLACK] > 0.0
+            and _orderstat_below(data, fpar, ipar, c, dk, r_max))
+
+
+@kernel
+def orderstat_child_empty(data, fpar, ipar, key, min_logq):
+    """:func:`_orderstat_empty` for the node with ``key`` of a family of one ORDERSTAT
+    component (a call, so that a caller's loop does not carry its code inline)."""
+    return _orderstat_empty(data, fpar, ipar, 0, purpose_key(key, DIST), min_logq)
+
+
 @kernel
 def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     """Descending order statistics of ``vocab`` i.i.d. weights (Dirichlet, SoftmaxNormal).
@@ -131,16 +222,17 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     head weight; the tail ranks then share exactly R (:func:`_orderstat_tail`, see
     ``brwsim.families.Dirichlet``). Generation stops early, leaving the level EMPTY,
     once the partial normaliser proves that even rank 0 has log-probability below
-    ``min_logq``.
+    ``min_logq`` (:func:`dist_init` tries a cheaper proof first, :func:`_orderstat_empty`).
 
     Lazy state: ``lf[d, 0]`` log normaliser, ``lf[d, 1]`` A of the last generated rank,
     ``lf[d, 2]`` probability not yet emitted, ``lf[d, 3]`` the last emitted probability,
     ``lf[d, 4]`` the conditional mean of the probability from the next rank on,
-    ``lf[d, 5]`` that mean at the first tail rank.
+    ``lf[d, 5]`` that mean at the first tail rank; ``li[d, 3]`` and ``li[d, 5]`` the
+    first and end rank of the tail block in the head row (:func:`_orderstat_tail`).
     """
     n = ipar[c, 2]
     n_head = ipar[c, 4]
-    r_max = math.exp(-min_logq) * _EXIT_MARGIN if min_logq > -700.0 else np.inf
+    r_max = _orderstat_r_max(min_logq)
     a = 0.0
     lw1 = 0.0
     acc = 0.0
@@ -183,12 +275,60 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     lf[d, 3] = math.exp(head[d, n_head - 1])
     lf[d, 4] = mean_z
     lf[d, 5] = mean_z
+    li[d, 3] = n_head                   # no tail block yet
+    li[d, 5] = n_head
     li[d, 0] = ORDERSTAT
 
 
+# _pow_gain(x) = x**_GAIN_POW for x in (0, 1] without libm: x = 2**e m, m in [1, 2), c the
+# centre of m's cell (1/128 of an octave), x**p = (2**p)**e c**p (1 + t)**p with
+# t = (m - c) / c, |t| <= 2**-8, and (1 + t)**p by its Taylor series to t**4 (remainder
+# below 1.5e-14 relative; measured relative error of the whole below 2e-14, against 1 ulp,
+# 1.1e-16, for libm's pow, at a fraction of its cost).
+_POW_BITS = 7
+_POW_C = 1.0 + (np.arange(1 << _POW_BITS) + 0.5) / (1 << _POW_BITS)
+_POW_CP = _POW_C ** _GAIN_POW
+_POW_INVC = 1.0 / _POW_C
+_POW_E = 2.0 ** (_GAIN_POW * np.arange(0, -1023, -1.0))     # (2**p)**e for e = 0, -1, ...
+_POW_T1 = _GAIN_POW
+_POW_T2 = _GAIN_POW * (_GAIN_POW - 1.0) / 2.0
+_POW_T3 = _GAIN_POW * (_GAIN_POW - 1.0) * (_GAIN_POW - 2.0) / 6.0
+_POW_T4 = _GAIN_POW * (_GAIN_POW - 1.0) * (_GAIN_POW - 2.0) * (_GAIN_POW - 3.0) / 24.0
+_MANT_BITS = 0xFFFFFFFFFFFFF
+_ONE_BITS = 0x3FF0000000000000
+
+
+@inline_kernel
+def _pow_gain(x):
+    """x**_GAIN_POW for x in (0, 1] to 2e-14 (relative), from x's bits and three tables; x
+    below the normal range, or not in (0, 1], goes to libm's pow."""
+    if not (2.2250738585072014e-308 <= x <= 1.0):
+        return x ** _GAIN_POW if x > 0.0 else 0.0
+    b = f64_bits(x)
+    e = (b >> 52) - 1023                    # <= 0
+    i = (b >> (52 - _POW_BITS)) & ((1 << _POW_BITS) - 1)
+    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _POW_C[i]) * _POW_INVC[i]
+    return _POW_E[-e] * _POW_CP[i] * (1.0 + t * (_POW_T1 + t * (_POW_T2 + t * (_POW_T3 + t * _POW_T4))))
+
+
+# Lazy tail ranks are generated in blocks of up to TAIL_BLOCK ranks (fewer at first: as
+# many as the tail ranks listed so far, at least 4), each kept in the level's head row after
+# the head as OS_SNAP numbers: its log-probability and the lazy state after it (A, M, q, mu).
+TAIL_BLOCK = 16
+OS_SNAP = 5
+
+
+def orderstat_head_cap(n_head: int, lazy: bool) -> int:
+    """Head entries of an ORDERSTAT level: the head's ranks, and a lazy tail's block."""
+    return n_head + (OS_SNAP * TAIL_BLOCK if lazy else 0)
+
+
 @kernel
-def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
-    """Log-probability of lazy tail rank ``r`` (>= the head), consistent with the drawn tail sum.
+def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head):
+    """Lazy tail ranks r, r + 1, ... (r >= the head) of level ``d``, consistent with the
+    drawn tail sum, into the level's block (``li[d, 3]`` its first rank, ``li[d, 5]`` the
+    end); ``lf`` holds the state after rank r - 1 and is left unchanged (:func:`dist_next`
+    restores each rank's state as it reads the rank).
 
     State (probability units): M the mass not yet emitted (R / Z at the first tail rank),
     mu = E[sum of ranks >= r | previous order statistic] (mu_0 at the first tail rank)
@@ -197,36 +337,91 @@ def _orderstat_tail(data, fpar, ipar, c, key, d, r, lf):
     g = 2 - 1.4 (mu / mu_0)**0.1 (see ``_TAIL_GAIN``), clipped to
     [M / (m + 1), min(M, previous)]; the last rank takes all of M. The tail thus sums to R
     exactly, ranks never increase, and M <= (m + 1) * previous holds at every step, so the
-    clip is never empty and the last rank fits.
+    clip is never empty and the last rank fits. Once M is exhausted every rank is -inf
+    and the state stays. A block computes each rank's numbers with the operations of the
+    rank-by-rank recursion, in phases: the parts that do not depend on M (the order
+    statistics, splines, the gain and the final logarithm) run as loops of independent
+    iterations, which the processor overlaps.
     """
     n = ipar[c, 2]
-    left = lf[d, 2]
-    if not left > 0.0:
-        return NEG_INF
-    a = lf[d, 1] - math.log(unit(purpose_key(key, DIST), r + 1)) / (n - r)
-    lf[d, 1] = a
+    n_head = ipar[c, 4]
+    count = min(TAIL_BLOCK, max(4, r - n_head), n - r)
+    dk = purpose_key(key, DIST)
     n_int = ipar[c, 3]
-    x = math.log(a)
     log_z = lf[d, 0]
-    base = ipar[c, 0]
+    off_w = ipar[c, 0] + OS_LOGW * n_int * 4
+    off_m = ipar[c, 0] + OS_LOGM1 * n_int * 4
     x0, inv_h = fpar[c, 0], fpar[c, 1]
-    w = math.exp(spline_eval(data, base + OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
+    a = lf[d, 1]
+    left = lf[d, 2]
     prev = lf[d, 3]
-    m = n - 1 - r
-    if m > 0:
-        c1 = math.exp(a - log_z + spline_eval(data, base + OS_LOGM1 * n_int * 4, n_int, x0,
-                                              inv_h, x))
-        mu = lf[d, 4]
-        frac = mu / lf[d, 5] if lf[d, 5] > mu else 1.0
-        gain = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * frac ** _GAIN_POW
-        out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
-        out = min(max(out, left / (m + 1)), min(left, prev))
-        lf[d, 4] = m * min(c1, w)
-    else:
-        out = min(left, prev)
-    lf[d, 2] = left - out
-    lf[d, 3] = out
-    return math.log(out) if out > 0.0 else NEG_INF
+    mu = lf[d, 4]
+    mu0 = lf[d, 5]
+    end = n_head + OS_SNAP * count
+    # The rank-by-rank recursion in phases over the block, each a loop whose iterations
+    # are independent (or one cheap operation apart), so that they overlap; each rank's
+    # operations are those of the recursion. Slots per rank: 0 w, then its log-probability;
+    # 1 the increment of A, then A; 2 the gain, then M; 3 q; 4 mu after the rank.
+    if left > 0.0:
+        # 1. increments of A, and 2. A itself (a running difference, in rank order)
+        for o in range(n_head, end, OS_SNAP):
+            rk = r + (o - n_head) // OS_SNAP
+            head[d, o + 1] = math.log(unit(dk, rk + 1)) / (n - rk)
+        for o in range(n_head, end, OS_SNAP):
+            a = a - head[d, o + 1]
+            head[d, o + 1] = a
+        # 3. the order statistics' probabilities w and the conditional means mu
+        for o in range(n_head, end, OS_SNAP):
+            rk = r + (o - n_head) // OS_SNAP
+            ak = head[d, o + 1]
+            x = math.log(ak)
+            w = math.exp(spline_eval(data, off_w, n_int, x0, inv_h, x) - log_z)
+            head[d, o] = w
+            m = n - 1 - rk
+            if m > 0:
+                c1 = math.exp(ak - log_z + spline_eval(data, off_m, n_int, x0, inv_h, x))
+                head[d, o + 4] = m * min(c1, w)
+        # 4. the gains, from mu before each rank (frac**_GAIN_POW to 2e-14, _pow_gain)
+        mu_k = mu
+        for o in range(n_head, end, OS_SNAP):
+            frac = mu_k / mu0 if mu0 > mu_k else 1.0
+            head[d, o + 2] = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * _pow_gain(frac)
+            mu_k = head[d, o + 4]
+    # 5. the clip, rank by rank (M and q carry over); an exhausted M ends the live ranks
+    live = n_head
+    a_k = lf[d, 1]
+    for o in range(n_head, end, OS_SNAP):
+        if not left > 0.0:
+            break
+        rk = r + (o - n_head) // OS_SNAP
+        w = head[d, o]
+        m = n - 1 - rk
+        if m > 0:
+            gain = head[d, o + 2]
+            out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
+            out = min(max(out, left / (m + 1)), min(left, prev))
+            mu = head[d, o + 4]
+        else:
+            out = min(left, prev)
+            head[d, o + 4] = mu
+        left = left - out
+        prev = out
+        a_k = head[d, o + 1]
+        head[d, o + 2] = left
+        head[d, o + 3] = prev
+        live = o + OS_SNAP
+    # 6. log-probabilities of the live ranks; the rest are -inf and keep the state
+    for o in range(n_head, live, OS_SNAP):
+        q = head[d, o + 3]
+        head[d, o] = math.log(q) if q > 0.0 else NEG_INF
+    for o in range(live, end, OS_SNAP):
+        head[d, o] = NEG_INF
+        head[d, o + 1] = a_k
+        head[d, o + 2] = left
+        head[d, o + 3] = prev
+        head[d, o + 4] = mu
+    li[d, 3] = r
+    li[d, 5] = r + count
 
 
 # DIRICHLET head row: the listed log-probabilities [0, vocab), then the depth-first stack
@@ -643,7 +838,12 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     be used, so a family may mark the level EMPTY once it proves none reaches it.
     """
     dk = purpose_key(key, DIST)
-    lo, hi, u_ctx = _context(cprog, key, d, lf, li, head, pd, rank)
+    if cprog[0] == CTX_NONE:            # i.i.d. nodes: _context's first case, without a call
+        li[d, CTX_I] = 0
+        lf[d, CTX_F] = 0.0
+        lo, hi, u_ctx = 0, -1, -1.0
+    else:
+        lo, hi, u_ctx = _context(cprog, key, d, lf, li, head, pd, rank)
     if hi < 0:
         hi = kinds.shape[0]
     c = lo
@@ -656,7 +856,10 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     if kind <= PEAKED and kind != ORDERSTAT:
         _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
     elif kind == ORDERSTAT:
-        _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
+        if _orderstat_empty(data, fpar, ipar, c, dk, min_logq):
+            li[d, 0] = EMPTY
+        else:
+            _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
     elif kind == DIRICHLET:
         _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq)
     elif kind == ENTROPY:
@@ -738,7 +941,14 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
         if r < ipar[c, 4]:
             out = head[d, r]
         elif r < n:
-            out = _orderstat_tail(data, fpar, ipar, c, key, d, r, lf)
+            if not (li[d, 3] <= r < li[d, 5]):
+                _orderstat_tail(data, fpar, ipar, c, key, d, r, lf, li, head)
+            o = ipar[c, 4] + OS_SNAP * (r - li[d, 3])
+            out = head[d, o]
+            lf[d, 1] = head[d, o + 1]
+            lf[d, 2] = head[d, o + 2]
+            lf[d, 3] = head[d, o + 3]
+            lf[d, 4] = head[d, o + 4]
     elif kind == DIRICHLET and r < li[d, 3]:
         out = head[d, r]
     elif (kind == NGRAM or kind == LSTM or kind == TRANSFORMER) and r < li[d, 3]:

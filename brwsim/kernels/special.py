@@ -5,6 +5,8 @@
 * :func:`spline_eval`: a cubic spline stored as per-interval coefficients on a uniform
   grid, the quantile tables of order statistics (built with scipy in
   :mod:`brwsim.families.tables`); :func:`spline_val_der` also gives its derivative.
+* :func:`f64_bits`, :func:`bits_f64`: a float64's bits and back, for cell indices on a
+  logarithmic grid.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from brwsim.kernels import kernel
 
@@ -121,3 +126,30 @@ def spline_val_der(coef, off, n_int, x0, inv_h, x):
     val = coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
     der = coef[j + 1] + d * (2.0 * coef[j + 2] + 3.0 * d * coef[j + 3])
     return val, der
+
+
+
+@intrinsic
+def f64_bits(typingctx, x):
+    """The IEEE-754 bits of a float64 as an int64 (a bit cast, no conversion): for a
+    positive double, ``f64_bits(x) >> (52 - k)`` is its biased exponent followed by its
+    k leading mantissa bits, a monotone cell index on a grid of 2**k cells per octave."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def bits_f64(typingctx, b):
+    """The float64 whose IEEE-754 bits are the int64 ``b`` (the inverse of :func:`f64_bits`)."""
+    if b != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen

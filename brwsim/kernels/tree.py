@@ -20,7 +20,9 @@ budget, the path probabilities (in two-limb fixed point, so the sum is exact and
 independent of the order of addition, hence of the budget list and of t), the path nodes
 and the maximum depth. Large selections first split the nodes in one pass around two
 values read off a sample (:func:`_select`), and a pass over a closed-form family does not
-set up a node whose rank 0 is provably above t (:func:`_walk`); neither changes a tree.
+set up a node whose rank 0 is provably above t, nor one over i.i.d. order statistics a
+node whose rank 0 is proven below its cut-off (:func:`_walk`); none of these changes a
+tree.
 
 Thresholds (:func:`grow_tree`): each root's first pass aims at a tuned multiple of P_max
 nodes from the last root's count (:func:`_aim`, :func:`_tune`); a short pass of a
@@ -44,9 +46,11 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import (
     CTX_F,
     CTX_I,
+    CTX_NONE,
     GEOMETRIC,
     LEVEL_F,
     LEVEL_I,
+    ORDERSTAT,
     PEAKED,
     ROOT_DRAW,
     UNIFORM,
@@ -56,6 +60,7 @@ from brwsim.kernels.dist import (
     closed_next,
     dist_init,
     dist_next,
+    orderstat_child_empty,
 )
 from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
 
@@ -219,6 +224,10 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
     ``_TOO_DEEP`` beyond the level buffers) and the frontier.
     """
     n_levels = keys.shape[0]
+    # i.i.d. nodes of one ORDERSTAT component: a child whose rank 0 is provably below the
+    # cut-off (dist.orderstat_child_empty, which dist_init would try first) is never set up
+    os_iid = (not closed and kinds.shape[0] == 1 and kinds[0] == ORDERSTAT
+              and int(cprog[0]) == CTX_NONE)
     base = max(d, 0)
     j = -1                              # next record to look at (-1: the root's)
     while True:
@@ -268,6 +277,8 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
             ck = child_key(keys[d], rank)
             if rec:
                 nkey[n - 1] = ck
+            if os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
+                continue                # the same: its level would be EMPTY (never with rec)
             d += 1
             if rec:
                 own[d] = n - 1
