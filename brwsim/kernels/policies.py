@@ -512,7 +512,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                 continue
             visited += cap if n == _ABORT else n
             core = n if n < p_max else _within(est, n, t)
-            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, AIM_TIES)
+            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t
@@ -523,7 +523,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                 break
         _select_by(n, est, dep, order, budgets)
         _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
-        t = _aim(n, p_max, t, AIM_TIES, 0.0)
+        t = _aim(n, p_max, t, AIM_TIES, 0.0, 1.0)
     return visited, t
 
 

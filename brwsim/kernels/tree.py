@@ -760,13 +760,26 @@ def _tune(a, short, mode):
 
 
 @kernel
-def _retarget(n, p_max, t, t_lo, t_hi, mode):
+def _rate(rate, t0, n0, t1, n1):
+    """The worker's growth rate of counts with t after two passes (t0, n0), (t1, n1) of a
+    root: half the old estimate and half log(n1 / n0) / (t1 - t0), within [0.25, 64];
+    unchanged when the passes cannot tell (too few nodes, equal counts)."""
+    if n0 < 16 or n1 < 16 or n0 == n1 or t1 == t0:
+        return rate
+    g = math.log(n1 / n0) / (t1 - t0)
+    if not g > 0.0:
+        return rate
+    return min(max(0.5 * rate + 0.5 * g, 0.25), 64.0)
+
+
+@kernel
+def _retarget(n, p_max, t, t_lo, t_hi, mode, rate):
     """Threshold bookkeeping after a pass of ``n`` nodes (or ``_ABORT``): bisect or extrapolate.
 
     Returns (done, t, t_lo, t_hi, widen); ``widen`` asks the caller to double its node
     buffers and retry at the same threshold (a huge tie at one position). A pass short
-    of P_max (of at least 16 nodes) steps up by log(a P_max / n), as the count of nodes
-    below t grows about as exp(t) (see :func:`_aim`): a = _RESUME_AIM when it will be
+    of P_max (of at least 16 nodes) steps up by log(a P_max / n) / rate, as the count of
+    nodes below t grows about as exp(rate t) (see :func:`_aim`): a = _RESUME_AIM when it will be
     continued (``mode`` AIM_RESUME), a little more when it is repeated whole; with
     AIM_TIES (counts that move in steps) by at least 0.5.
     """
@@ -780,7 +793,7 @@ def _retarget(n, p_max, t, t_lo, t_hi, mode):
         t_lo = t
         if mode != AIM_TIES and n >= 16:
             a = _RESUME_AIM if mode == AIM_RESUME else _REPEAT_STEP_AIM
-            t += max(0.01, math.log(a * p_max / n))
+            t += max(0.01, math.log(a * p_max / n) / rate)
             if t >= t_hi:
                 t = 0.5 * (t_lo + t_hi)
         elif t_hi < np.inf:
@@ -792,13 +805,14 @@ def _retarget(n, p_max, t, t_lo, t_hi, mode):
 
 
 @kernel
-def _aim(n, p_max, t, mode, a):
+def _aim(n, p_max, t, mode, a, rate):
     """Threshold for the next root after a final pass of ``n`` nodes at ``t``.
 
-    The count of nodes below t grows about as exp(t) (the Malthusian rate of children's
-    probabilities summing to 1), so this root would have had a P_max nodes at about
-    t - log(n / (a P_max)): the next root starts there (``a`` from :func:`_tune`), the
-    step clipped to _AIM_STEP. Counts that move in steps (``mode`` AIM_TIES) would make
+    The count of nodes below t grows about as exp(rate t) (rate 1 asymptotically, the
+    Malthusian rate of children's probabilities summing to 1; a shallow tree of a flat
+    law grows much faster, see :func:`_rate`), so this root would have had a P_max nodes
+    at about t - log(n / (a P_max)) / rate: the next root starts there (``a`` from
+    :func:`_tune`), the step clipped to _AIM_STEP. Counts that move in steps (``mode`` AIM_TIES) would make
     that oscillate across a step: they lower t only past 2 P_max nodes, to about
     1.5 P_max.
     """
@@ -806,7 +820,7 @@ def _aim(n, p_max, t, mode, a):
         if n > 2 * p_max:
             t -= 0.5 * math.log(n / (1.5 * p_max))
         return t
-    step = math.log(n / (a * p_max)) if n > 0 else -_AIM_STEP
+    step = math.log(n / (a * p_max)) / rate if n > 0 else -_AIM_STEP
     return t - min(max(step, -_AIM_STEP), _AIM_STEP)
 
 
@@ -823,14 +837,16 @@ def new_workspace(p_max, head_cap):
     (both grow on demand), the bucket rows of :func:`_score_nested`, the nodes' records
     for :func:`_resume` (:func:`_record_buffers`), each level's owner, and flags
     (``flags[0]``: 1 once the worker has seen exact ties, ``flags[1]``: the aim of its
-    next first pass, in P_max, 0 until set; see :func:`grow_tree`)."""
+    next first pass, in P_max (0 until set), ``flags[2]``: the growth rate of counts with
+    t, 1 until measured; see :func:`grow_tree`)."""
     cap = 6 * p_max + 64
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
     sel = np.empty((min(SEL_ROWS, cap // _B_PER) + 2, SEL_COLS), np.int64)
     nkey, nxt, nrk = _record_buffers(cap)
     own = np.empty(keys.shape[0], np.int64)
-    flags = np.zeros(2)
+    flags = np.zeros(3)
+    flags[2] = 1.0
     return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
             nrk, own, flags)
 
@@ -868,6 +884,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     mode = AIM_TIES if flags[0] == 1 else (AIM_RESUME if resume else AIM_REPEAT)
     passes = 0
     short = False
+    prev = -1
+    t_prev = 0.0
     cap = pos.shape[0]
     top = _top_bound(kinds, fpar, ipar, data, closed, cap)
     visited = 0
@@ -906,8 +924,12 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         core = n if n < p_max else _within(pos, n, t)
         if passes == 0:
             short = 0 <= core < p_max
+        elif core >= 0 and prev >= 0:
+            flags[2] = _rate(flags[2], t_prev, prev, t, core)
         passes += 1
-        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
+        prev = core
+        t_prev = t
+        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
         fresh = n == _ABORT or not resume
         if fresh:
             resumed = False
@@ -933,7 +955,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     flags[1] = _tune(flags[1], short, mode)
     ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
           nrk, own, flags)
-    return visited, _aim(n, p_max, t, mode, flags[1]), ws
+    return visited, _aim(n, p_max, t, mode, flags[1], flags[2]), ws
 
 
 @njit_cached
@@ -1020,6 +1042,8 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     mode = AIM_TIES if flags[0] == 1 else AIM_REPEAT
     passes = 0
     short = False
+    prev = -1
+    t_prev = 0.0
     visited = 0
     t_lo = -np.inf
     t_hi = np.inf
@@ -1049,8 +1073,12 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         core = n if n < p_max else _within(pos, n, t)
         if passes == 0:
             short = 0 <= core < p_max
+        elif core >= 0 and prev >= 0:
+            flags[2] = _rate(flags[2], t_prev, prev, t, core)
         passes += 1
-        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode)
+        prev = core
+        t_prev = t
+        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
         if widen:
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, ws, 0  # (the caller stops: an error)
@@ -1067,7 +1095,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     flags[1] = _tune(flags[1], short, mode)
     ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
           nrk, own, flags)
-    return visited, _aim(n, p_max, t, mode, flags[1]), ws, n
+    return visited, _aim(n, p_max, t, mode, flags[1], flags[2]), ws, n
 
 
 @njit_cached
