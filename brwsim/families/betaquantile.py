@@ -241,6 +241,14 @@ def _build(pairs: list[tuple[float, float]]) -> list:
               - special.gammaln(a + b + 1.0) + np.log1p(a / b))
     lz_max = _log_z(a, b, np.full(ns, _LOG_HALF))[0]                   # x = 1/2
     lz_lo = (math.log(2.0 ** -53) + log_ab) / a                        # the smallest u
+    if not np.all(lz_lo < lz_max):
+        # I_{1/2}(a, b) below the smallest uniform (e.g. (60, 0.05)): no variate ever
+        # reads this side; it is not tabulated (its pair keeps the exact sampler)
+        keep = [k for k in range(ns) if lz_lo[k] < lz_max[k]]
+        sub = _build([pairs[ok[k]] for k in keep]) if keep else []
+        for k, r in zip(keep, sub):
+            res[ok[k]] = r
+        return res
     z_max = np.exp(lz_max)
     with np.errstate(under="ignore"):
         z_lo = np.where(lz_lo > -700.0, np.minimum(np.exp(np.maximum(lz_lo, -700.0)), z_max), 0.0)

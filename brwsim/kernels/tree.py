@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from brwsim.kernels import kernel, njit_cached
+from brwsim.kernels import inline_kernel, kernel, njit_cached
 from brwsim.kernels.dist import (
     CTX_F,
     CTX_I,
@@ -542,6 +542,14 @@ def _select_by(n, key, dep, order, budgets):
     return zone
 
 
+@inline_kernel
+def _limbs(x):
+    """exp(-x) as two int64 limbs of 2**-40 and 2**-80 (sums of limbs are exact)."""
+    y = math.exp(-x) * _SCALE
+    h = math.floor(y)
+    return np.int64(h), np.int64(round((y - h) * _SCALE))
+
+
 @kernel
 def _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col):
     """Score the nested trees ``order[:budgets[b]]`` into column ``col`` of the outputs.
@@ -557,10 +565,9 @@ def _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col
     for b in range(budgets.shape[0]):
         for j in range(start, budgets[b]):
             v = order[j]
-            x = math.exp(-pos[v]) * _SCALE
-            h = math.floor(x)
-            p_hi += np.int64(h)
-            p_lo += np.int64(round((x - h) * _SCALE))
+            h, low = _limbs(pos[v])
+            p_hi += h
+            p_lo += low
             n_path += onpath[v]
             if dep[v] > max_dep:
                 max_dep = dep[v]
@@ -678,10 +685,9 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
     for i in range(n):
         b = _bucket(pos[i], x0, inv, nb)
         if b < top:
-            x = math.exp(-pos[i]) * _SCALE
-            h = math.floor(x)
-            sel[b, _B_HI] += np.int64(h)
-            sel[b, _B_LO] += np.int64(round((x - h) * _SCALE))
+            h, low = _limbs(pos[i])
+            sel[b, _B_HI] += h
+            sel[b, _B_LO] += low
             sel[b, _B_ON] += onpath[i]
             if dep[i] > sel[b, _B_DEP]:
                 sel[b, _B_DEP] = dep[i]
@@ -716,10 +722,9 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
             w = order[i]
             if pos[w] > v:
                 v = pos[w]
-            x = math.exp(-pos[w]) * _SCALE
-            h = math.floor(x)
-            q_hi += np.int64(h)
-            q_lo += np.int64(round((x - h) * _SCALE))
+            h, low = _limbs(pos[w])
+            q_hi += h
+            q_lo += low
             q_path += onpath[w]
             if dep[w] > q_dep:
                 q_dep = dep[w]

@@ -133,3 +133,17 @@ def test_every_aggregation_pair_is_tabulated(alpha, vocab):
 def test_untabulated_pair_falls_back():
     block, _ = pair_block([(0.5, 20.0)])
     assert block[1] == -1 and block[2] == -1
+
+
+def test_a_side_no_uniform_reaches_is_not_tabulated_quietly():
+    """Beta(60, 0.05): I_{1/2} is far below the smallest uniform, so its lower side is never
+    read; building it must neither warn (no division by a zero-width grid) nor tabulate it."""
+    import warnings
+
+    from brwsim.families import betaquantile as bq
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        block, where = bq.pair_block([(60.0, 0.05)])
+    head = where[(60.0, 0.05)]
+    assert block[head] < 2.0 ** -53
+    assert block[head + 1] == -1 and block[head + 2] == -1

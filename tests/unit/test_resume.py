@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brwsim import Mixture, Peaked, Zipf, simulate
-from brwsim.environment import path_uniform
+from brwsim import Mixture, Peaked, Zipf
 from brwsim.kernels import tree as T
 from brwsim.kernels.dist import closed_form
-from brwsim.reference import best_first, env_provider
+from tests.unit.test_tree import _check_reference
 
 FAMILIES = [Zipf(1.5, 128000, spread=0.4), Peaked(4.0, 0.5, 1.1, 32000),
             Mixture([Peaked(4.0, 0.5, 1.1, 32000), Zipf(1.1, 32000, spread=0.3)], [0.75, 0.25]),
@@ -65,15 +64,7 @@ def test_a_continued_pass_holds_exactly_the_fresh_pass_nodes(family):
 
 @pytest.mark.parametrize("family", FAMILIES, ids=repr)
 def test_runs_with_continued_passes_match_the_heapq_reference(family):
-    budgets = [1, 5, 64, 300, 700]
-    seed = 11
-    ds = simulate(family, budgets, 6, seed=seed)
-    for it in range(6):
-        e, a, d = best_first(env_provider(family, seed, it, k=1024), budgets,
-                             lambda p, it=it: path_uniform(seed, it, p))
-        np.testing.assert_allclose(ds.expected_accepted.values[:, it], e, rtol=0, atol=1e-12)
-        assert list(ds.accepted.values[:, it]) == a
-        assert list(ds.depth.values[:, it]) == d
+    _check_reference(family, budgets=[1, 5, 64, 300, 700], iterations=6, seed=11, k=1024)
 
 
 def test_lattice_families_do_not_continue():

@@ -47,11 +47,12 @@ def test_matches_heapq_reference_on_aggregated_dirichlet():
     _check_reference(Dirichlet(0.05, 200))
 
 
-def _check_reference(family):
-    seed = 3
-    ds = simulate(family, BUDGETS, 4, seed=seed)
-    for it in range(4):
-        e, a, d = best_first(env_provider(family, seed, it, k=256), BUDGETS,
+def _check_reference(family, budgets=BUDGETS, iterations=4, seed=3, k=256):
+    """simulate() against the heapq reference on the same environment (also used by
+    test_resume)."""
+    ds = simulate(family, budgets, iterations, seed=seed)
+    for it in range(iterations):
+        e, a, d = best_first(env_provider(family, seed, it, k=k), budgets,
                              lambda p, it=it: path_uniform(seed, it, p))
         np.testing.assert_allclose(ds.expected_accepted.values[:, it], e, rtol=0, atol=1e-12)
         assert list(ds.accepted.values[:, it]) == a
