@@ -810,6 +810,24 @@ def _retarget(n, p_max, t, t_lo, t_hi, mode, rate):
 
 
 @kernel
+def _after_pass(pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short):
+    """Bookkeeping after a pass of ``n`` nodes (or ``_ABORT``) at ``t``, for a root's
+    ``passes``-th pass: the pass is done only when P_max nodes lie at or below t itself
+    (ties at the cut); the worker's growth rate (``flags[2]``, :func:`_rate`) learns
+    from this pass and the previous one (``prev`` nodes at ``t_prev``); ``short``: the
+    root's first pass fell short. Returns :func:`_retarget`'s (done, t, t_lo, t_hi,
+    widen) and the new (passes, prev, t_prev, short).
+    """
+    core = n if n < p_max else _within(pos, n, t)
+    if passes == 0:
+        short = 0 <= core < p_max
+    elif core >= 0 and prev >= 0:
+        flags[2] = _rate(flags[2], t_prev, prev, t, core)
+    done, t_new, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
+    return done, t_new, t_lo, t_hi, widen, passes + 1, core, t, short
+
+
+@kernel
 def _aim(n, p_max, t, mode, a, rate):
     """Threshold for the next root after a final pass of ``n`` nodes at ``t``.
 
@@ -926,15 +944,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             resumed = False
             continue
         visited += cap - n0 if n == _ABORT else n - n0
-        core = n if n < p_max else _within(pos, n, t)
-        if passes == 0:
-            short = 0 <= core < p_max
-        elif core >= 0 and prev >= 0:
-            flags[2] = _rate(flags[2], t_prev, prev, t, core)
-        passes += 1
-        prev = core
-        t_prev = t
-        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
+        done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = _after_pass(
+            pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short)
         fresh = n == _ABORT or not resume
         if fresh:
             resumed = False
@@ -1074,16 +1085,8 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         if status == _ABORT:
             n = _ABORT
         visited += cap if n == _ABORT else n
-        # as grow_tree: done only when P nodes lie at or below t itself (ties at the cut)
-        core = n if n < p_max else _within(pos, n, t)
-        if passes == 0:
-            short = 0 <= core < p_max
-        elif core >= 0 and prev >= 0:
-            flags[2] = _rate(flags[2], t_prev, prev, t, core)
-        passes += 1
-        prev = core
-        t_prev = t
-        done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
+        done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = _after_pass(
+            pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short)
         if widen:
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, ws, 0  # (the caller stops: an error)
