@@ -201,7 +201,7 @@ def _lattice(kinds, fpar):
 
 
 @kernel
-def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, d, rec, n_old, fr,
+def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, d, n_old, fr,
           fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
           head):
     """Depth-first pass at cut-off ``t`` (already a tie cut-off), appending nodes from index ``n``.
@@ -209,14 +209,17 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
     Visits, children in rank order, every node with S <= t below the node whose
     distribution level ``d`` holds (d = -1: none), until that level is exhausted; then,
     with ``n_old`` > -1, it continues from the records of the root and nodes
-    0 .. n_old - 1 of an earlier pass at a lower cut-off (see :func:`_resume`). With
-    ``rec`` every collected node i records its key, and, once its children are done, the
+    0 .. n_old - 1 of an earlier pass at a lower cut-off (see :func:`_resume`). Every
+    collected node i records its key, and, once its children are done, the
     position ``nxt[i]`` of its first child not taken (+inf when it can have no more) and
     that child's rank ``nrk[i]``; a node never set up (its rank 0 is beyond ``top``)
     records instead the bound from ``top``, its parent's key and -1 - its own rank (its
-    key is hashed only if a continuation needs it).
+    key is hashed only if a continuation needs it). The records serve closed-form
+    families only (a lazy level lists just the ranks above its cut-off; a level that
+    proves itself empty is never set up). Recording costs about 1 ns a node, less than
+    the compile time a switch would (LLVM would compile the loop once per setting).
     ``own[d]`` is the node whose distribution level d holds (the root's records go to the
-    last slot). ``fr``, ``fu``, ``fc`` (kept with ``rec``): the path frontier, the node
+    last slot). ``fr``, ``fu``, ``fc``: the path frontier, the node
     still searching the target's sampled child (-2: none yet), its path uniform and the
     probability of the children it took; it moves when that node's walk finds the child.
 
@@ -239,14 +242,13 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
             sc = s_lev[d] - lq
             # above the threshold, exhausted (-inf), NaN, or deeper than any top-P_max node
             if not sc <= t or d >= max_depth:
-                if rec:
-                    o = own[d]
-                    nxt[o] = np.inf if d >= max_depth or not sc == sc else sc
-                    nrk[o] = li[d, 1] - 1
-                    if on_lev[d] == 1:
-                        fr = o
-                        fu = u_lev[d]
-                        fc = c_lev[d]
+                o = own[d]
+                nxt[o] = np.inf if d >= max_depth or not sc == sc else sc
+                nrk[o] = li[d, 1] - 1
+                if on_lev[d] == 1:
+                    fr = o
+                    fu = u_lev[d]
+                    fc = c_lev[d]
                 d -= 1
                 continue
             if n >= cap:
@@ -265,23 +267,20 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
             onpath[n] = child_on
             n += 1
             if sc - top > t:            # even its rank 0 is above t: no children
-                if rec:                 # its parent's key and its rank (-1 - rank): no hash
-                    nkey[n - 1] = keys[d]
-                    nxt[n - 1] = sc - top
-                    nrk[n - 1] = -1 - rank
-                    if child_on == 1:
-                        fr = n - 1
-                        fu = unit(purpose_key(child_key(keys[d], rank), PATH), 0)
-                        fc = 0.0
+                nkey[n - 1] = keys[d]   # its parent's key and -1 - its rank: no hash
+                nxt[n - 1] = sc - top
+                nrk[n - 1] = -1 - rank
+                if child_on == 1:
+                    fr = n - 1
+                    fu = unit(purpose_key(child_key(keys[d], rank), PATH), 0)
+                    fc = 0.0
                 continue
             ck = child_key(keys[d], rank)
-            if rec:
-                nkey[n - 1] = ck
+            nkey[n - 1] = ck
             if os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
-                continue                # the same: its level would be EMPTY (never with rec)
+                continue                # the same: its level would be EMPTY
             d += 1
-            if rec:
-                own[d] = n - 1
+            own[d] = n - 1
             keys[d] = ck
             s_lev[d] = sc
             on_lev[d] = child_on
@@ -305,8 +304,7 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
 
 @kernel
 def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t, cap, max_depth,
-             rec, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
-             head):
+             pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
     """Nodes with S <= _tie_cut(t) below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
@@ -315,7 +313,7 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t
     (:func:`brwsim.kernels.dist.closed_form`: i.i.d. nodes, closed-form components) the
     distributions are set up and read by the small inline ``closed_init`` / ``closed_next``
     (the same state and numbers as ``dist_init`` / ``dist_next``); ``top`` is
-    :func:`_top_bound`; with ``rec`` the nodes' records for :func:`_resume` are kept.
+    :func:`_top_bound`; the nodes' records for :func:`_resume` are kept (:func:`_walk`).
     Returns (n, frontier, u, c) as :func:`_walk`: the number of nodes, ``_ABORT`` if
     more than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
     """
@@ -326,12 +324,11 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t
     u_lev[0] = unit(purpose_key(rkey, PATH), 0)
     c_lev[0] = 0.0
     own[0] = nkey.shape[0] - 1
-    if rec:
-        nkey[nkey.shape[0] - 1] = rkey
+    nkey[nkey.shape[0] - 1] = rkey
     # (for a closed-form family, the same state as closed_init: see _restart)
     dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
-    return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 0, 0, rec, -1,
-                 -2, 0.0, 0.0, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev,
+    return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 0, 0, -1, -2,
+                 0.0, 0.0, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev,
                  c_lev, lf, li, head)
 
 
@@ -351,7 +348,7 @@ def _resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 
     pass's path frontier. Returns (n, frontier, u, c) as :func:`_walk`.
     """
     return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, _tie_cut(t), cap, max_depth, n, -1,
-                 True, n, fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev,
+                 n, fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev,
                  u_lev, c_lev, lf, li, head)
 
 
@@ -926,7 +923,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             lf[0, CTX_F] = root_cf
             n0 = 0
             n, fr, fu, fc = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode,
-                                     t, cap, cut, resume, pos, dep, onpath, nkey, nxt, nrk, own, keys,
+                                     t, cap, cut, pos, dep, onpath, nkey, nxt, nrk, own, keys,
                                      s_lev, on_lev, u_lev, c_lev, lf, li, head)
         else:
             n0 = n
@@ -1071,7 +1068,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             li[0, CTX_I] = 0
             lf[0, CTX_F] = 0.0
             k = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkeys[r], ROOT_DRAW, t,
-                         cap - n, cut, False, pos[n:], dep[n:], onpath[n:], nkey[n:], nxt[n:], nrk[n:],
+                         cap - n, cut, pos[n:], dep[n:], onpath[n:], nkey[n:], nxt[n:], nrk[n:],
                          own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)[0]
             if k < 0:
                 status = k
