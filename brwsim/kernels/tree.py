@@ -547,6 +547,25 @@ def _limbs(x):
     return np.int64(h), np.int64(round((y - h) * _SCALE))
 
 
+@inline_kernel
+def _add_nodes(order, a, b, pos, dep, onpath, p_hi, p_lo, n_path, max_dep):
+    """Add the nodes order[a:b] to the sums (limbs of exp(-S), path nodes, deepest node);
+    returns them and the largest position among those nodes (-inf if none)."""
+    top = -np.inf
+    for j in range(a, b):
+        v = order[j]
+        x = pos[v]
+        if x > top:
+            top = x
+        h, low = _limbs(x)
+        p_hi += h
+        p_lo += low
+        n_path += onpath[v]
+        if dep[v] > max_dep:
+            max_dep = dep[v]
+    return p_hi, p_lo, n_path, max_dep, top
+
+
 @kernel
 def _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col):
     """Score the nested trees ``order[:budgets[b]]`` into column ``col`` of the outputs.
@@ -560,14 +579,8 @@ def _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col
     max_dep = 0
     start = 0
     for b in range(budgets.shape[0]):
-        for j in range(start, budgets[b]):
-            v = order[j]
-            h, low = _limbs(pos[v])
-            p_hi += h
-            p_lo += low
-            n_path += onpath[v]
-            if dep[v] > max_dep:
-                max_dep = dep[v]
+        p_hi, p_lo, n_path, max_dep, _ = _add_nodes(order, start, budgets[b], pos, dep, onpath,
+                                                    p_hi, p_lo, n_path, max_dep)
         if budgets[b] > start:
             start = budgets[b]
         acc_out[b, col] = n_path
@@ -710,21 +723,8 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
         lo = sel[b, _B_CUM]
         hi = sel[b + 1, _B_CUM]
         zone = max(zone, _select(order, lo, hi, k, pos, dep))
-        v = pos[order[lo]]
-        q_hi = p_hi
-        q_lo = p_lo
-        q_path = n_path
-        q_dep = max_dep
-        for i in range(lo, k):
-            w = order[i]
-            if pos[w] > v:
-                v = pos[w]
-            h, low = _limbs(pos[w])
-            q_hi += h
-            q_lo += low
-            q_path += onpath[w]
-            if dep[w] > q_dep:
-                q_dep = dep[w]
+        q_hi, q_lo, q_path, q_dep, v = _add_nodes(order, lo, k, pos, dep, onpath, p_hi, p_lo,
+                                                  n_path, max_dep)
         z = _B_ZONE * TIE_REL * abs(v)
         if _bucket(v - z, x0, inv, nb) != b or _bucket(v + z, x0, inv, nb) != b:
             return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out,
