@@ -901,7 +901,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     if closed and flags[0] == 0.0 and _lattice(kinds, fpar):
         flags[0] = 1.0
     resume = closed and root_mode == ROOT_DRAW and flags[0] == 0.0
-    mode = AIM_TIES if flags[0] == 1 else (AIM_RESUME if resume else AIM_REPEAT)
+    mode = AIM_TIES if flags[0] == 1.0 else (AIM_RESUME if resume else AIM_REPEAT)
     passes = 0
     short = False
     prev = -1
@@ -953,10 +953,10 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             pos, dep, onpath, order = _node_buffers(cap)
             nkey, nxt, nrk = _record_buffers(cap)
         if done:
-            used, zone = _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
-                                       dep_out, col, flags[0] == 1.0)
+            zone = _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
+                                 dep_out, col, flags[0] == 1.0)[1]
             if zone > 1:            # exact ties: aim as for them, continue no more passes
-                flags[0] = 1
+                flags[0] = 1.0
             if not (resumed and zone > 1):
                 break
             # ties may be broken by pre-order: collect the root again at the final threshold
@@ -1052,7 +1052,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     closed = closed_form(kinds, cprog)
     cap = pos.shape[0]
     top = _top_bound(kinds, fpar, ipar, data, closed, cap)
-    mode = AIM_TIES if flags[0] == 1 else AIM_REPEAT
+    mode = AIM_TIES if flags[0] == 1.0 else AIM_REPEAT
     passes = 0
     short = False
     prev = -1
@@ -1096,7 +1096,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             return TOO_FEW, t, ws, 0   # (the caller stops: an error)
     if _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col,
                      flags[0] == 1.0)[1] > 1:
-        flags[0] = 1                # exact ties: aim as for them (see grow_tree)
+        flags[0] = 1.0              # exact ties: aim as for them (see grow_tree)
     flags[1] = _tune(flags[1], short, mode)
     ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
           nrk, own, flags)
@@ -1113,7 +1113,7 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
     workspace ``ws1`` and threshold ``t1``. Returns (nodes visited by extra passes, t1,
     ws1) or a negative status.
     """
-    pos, dep, onpath, order, sel = ws[0], ws[1], ws[2], ws[3], ws[12]
+    pos, dep, onpath, order, sel, flags = ws[0], ws[1], ws[2], ws[3], ws[12], ws[17]
     m = sbudgets.shape[1]
     for b in range(m):
         acc_out[b, col] = 0
@@ -1127,7 +1127,7 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
         e = starts[r + 1]
         if e - s >= need:
             _score_nested(e - s, pos[s:e], dep[s:e], onpath[s:e], order, sel, sbudgets[r], tmp_acc,
-                          tmp_exp, tmp_dep, 0, ws[17][0] == 1.0)
+                          tmp_exp, tmp_dep, 0, flags[0] == 1.0)
         else:
             if not t1 == t1:
                 t1 = start_threshold(need)
