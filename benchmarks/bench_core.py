@@ -170,8 +170,7 @@ def main() -> None:
             floor_cache[p] = (floors.heap_rate(p, sec), floors.threshold_rate(p, sec))
         heap, thr = floor_cache[p]
         after = kernel_rate(engine, parse_family(text), p, sec)
-        with ref.active():
-            before = kernel_rate(ref.engine, ref.brwsim.parse_family(text), p, sec)
+        before = kernel_rate(ref.engine, ref.brwsim.parse_family(text), p, sec)
         line = (f"{text:40.40s} {p:6d} {after:9.3g} {before:9.3g} {after / before:5.2f}x "
                 f"{heap:9.3g} {after / heap:6.2f}x {before / heap:6.2f}x {thr:9.3g} "
                 f"{after / thr:5.3f}")

@@ -40,10 +40,9 @@ def main() -> int:
                 continue
             new = engine.run_iterations(brwsim.parse_family(text).spec(),
                                         engine.validate_budgets(budgets), engine.seed_key(3), 0, 6)
-            with ref.active():
-                e = ref.engine
-                old = e.run_iterations(ref.brwsim.parse_family(text).spec(),
-                                       e.validate_budgets(budgets), e.seed_key(3), 0, 6)
+            e = ref.engine
+            old = e.run_iterations(ref.brwsim.parse_family(text).spec(),
+                                   e.validate_budgets(budgets), e.seed_key(3), 0, 6)
             same = all(np.array_equal(x, y) for x, y in zip(new[:3], old[:3]))
             bad += not same
             print(f"{text[:40]:40s} {str(budgets):22s} {'identical' if same else 'DIFFERENT'} "
