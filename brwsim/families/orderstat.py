@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from brwsim.families.base import Component, Family
-from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_bounds, orderstat_table
+from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, bound_weights, orderstat_bounds, orderstat_table
 from brwsim.kernels import dist as K
 
 __all__ = ['LAZY_ABOVE', 'LAZY_HEAD']
@@ -68,13 +70,16 @@ class _OrderStatFamily(Family):
         n_head = LAZY_HEAD if lazy else self.vocab
         table = orderstat_table(self._law, self._param(), float(beta))
         inv_h = N_INTERVALS / (X_MAX - X_MIN)
-        # the log-weight spline's values at the ends of a grid of cells in A, for
-        # _orderstat_below's cheap proofs that a node's rank 0 is below a cut-off
+        # the weights (relative to the first) at the ends of a grid of cells in A, from
+        # the log-weight spline, for _orderstat_below's cheap proofs that a node's rank 0
+        # is below a cut-off
         bounds = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
-        slack = 0.0
+        slack = ratio = 0.0
         if bounds is not None:
-            table = np.concatenate([table, bounds[0]])
+            table = np.concatenate([table, bound_weights(bounds[0])])
             slack = bounds[1]
-        return [Component(K.ORDERSTAT, [X_MIN, inv_h, slack], [self.vocab, N_INTERVALS, n_head, int(lazy)],
+            ratio = math.exp(2.0 * slack) * (1.0 + K.OS_BOUND_WIDEN)
+        return [Component(K.ORDERSTAT, [X_MIN, inv_h, slack, ratio],
+                          [self.vocab, N_INTERVALS, n_head, int(lazy)],
                           data=table,
                           head_cap=K.orderstat_head_cap(n_head, lazy))]

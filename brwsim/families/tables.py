@@ -19,7 +19,7 @@ from scipy import special
 
 from brwsim.kernels.special import zipf_sum
 
-__all__ = ["orderstat_table", "orderstat_bounds", "zipf_norm_table", "N_INTERVALS", "X_MIN", "X_MAX"]
+__all__ = ["orderstat_table", "orderstat_bounds", "bound_weights", "zipf_norm_table", "N_INTERVALS", "X_MIN", "X_MAX"]
 
 N_INTERVALS = 4096
 X_MIN = -60.0
@@ -184,6 +184,15 @@ def orderstat_bounds(table: np.ndarray, e_min: int, e_max: int, cell_bits: int
     slope = np.max(np.abs(c[:, 1]) + 2.0 * h * np.abs(c[:, 2]) + 3.0 * h * h * np.abs(c[:, 3]))
     slack = 1e-10 * float(slope) + 1e-9 * (1.0 + float(np.max(np.abs(values))))
     return values, slack
+
+
+def bound_weights(values: np.ndarray) -> np.ndarray:
+    """The weights exp(v - values[0]) of :func:`orderstat_bounds`'s cell-end log-weights
+    (non-increasing, so at most 1), 0 where below exp(-700): no subnormal weight, whose
+    rounding would be large relative to it (0 bounds a weight from below, and the kernel
+    gives no proof from a first rank whose bound is 0)."""
+    rel = np.asarray(values, dtype=np.float64) - values[0]
+    return np.where(rel > -700.0, np.exp(np.maximum(rel, -700.0)), 0.0)
 
 
 def zipf_norm_table(s_lo: float, s_hi: float, vocab: int, n_int: int = 1024) -> np.ndarray:

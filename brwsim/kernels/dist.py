@@ -119,17 +119,26 @@ def _os_eval(data, fpar, ipar, c, which, a):
                        math.log(a) if a > 0.0 else -1e300)
 
 
-# ORDERSTAT bounds: after the three splines, data may hold OS_BOUND_CELLS + 1 values of the
-# log-weight spline at the cells' ends A = 2**e (1 + k / 2**OS_CELL_BITS) for
-# e in [OS_EMIN, OS_EMAX), k < 2**OS_CELL_BITS: a cell is read off the bits of A (its
+# ORDERSTAT bounds: after the three splines, data may hold OS_BOUND_CELLS + 1 weights
+# exp(lw - lw_ref) of the log-weight spline lw at the cells' ends A = 2**e (1 + k / 2**OS_CELL_BITS)
+# for e in [OS_EMIN, OS_EMAX), k < 2**OS_CELL_BITS (lw_ref: the value at the first end; 0
+# where the weight would be below exp(-700)): a cell is read off the bits of A (its
 # exponent and leading mantissa bits, no logarithm). fpar[c, OS_BOUND_SLACK] > 0 marks the
 # table present (the spline is non-increasing over the grid, so within a cell it lies
-# between the cell's end values, up to that slack; see brwsim.families.orderstat).
+# between the cell's end values, up to that slack; see brwsim.families.orderstat), and
+# fpar[c, OS_BOUND_RATIO] is exp(2 slack) (1 + OS_BOUND_WIDEN): a weight inside a cell is
+# at most exp(slack) times the cell's first end weight and at least exp(-slack) times its
+# last, so a ratio of two weights is bounded by end weights and that factor.
 OS_CELL_BITS = 7
 OS_EMIN = -48
 OS_EMAX = 2
 OS_BOUND_CELLS = (OS_EMAX - OS_EMIN) << OS_CELL_BITS
 OS_BOUND_SLACK = 2
+OS_BOUND_RATIO = 3
+#: relative widening of the bounds from tabulated weights: covers, by orders of magnitude,
+#: the rounding of the weights (1 ulp of numpy's exp), of the factor and of the kernel's
+#: products and sum of at most 8 terms
+OS_BOUND_WIDEN = 1e-12
 _OS_CELL0 = (1023 + OS_EMIN) << OS_CELL_BITS
 # _orderstat_below looks at this many ranks at most
 _PROVE_RANKS = 8
@@ -139,6 +148,32 @@ _PROVE_RANKS = 8
 # by a few ulps (products by reciprocals instead of quotients): far beyond 8 ranks' rounding
 _PROVE_WIDEN = 1e-13
 
+# _neg_log(u) = -log(u) for u in (0, 1] without libm: u = 2**e m, m in [1, 2), c the centre
+# of m's cell (1/128 of an octave), -log u = -e log 2 - log c - log(1 + t) with
+# t = (m - c) / c, |t| <= 2**-8, log(1 + t) by its Taylor series to t**5 (remainder below
+# 6e-16; the rounding of the sum, at most about 1.3e-14 where -log u is near its largest
+# value, 36.7, dominates); measured absolute error against libm's log at most 7.1e-15
+# (tests/unit/test_orderstat_fast.py). _orderstat_below widens each term by _NEG_LOG_ERR,
+# so its bounds of A_j hold against the exact test's (libm) sums.
+_NLOG_BITS = 7
+_NLOG_C = 1.0 + (np.arange(1 << _NLOG_BITS) + 0.5) / (1 << _NLOG_BITS)
+_NLOG_LOGC = np.log(_NLOG_C)
+_NLOG_INVC = 1.0 / _NLOG_C
+_LN2 = math.log(2.0)
+_NEG_LOG_ERR = 1e-13
+
+
+@inline_kernel
+def _neg_log(u):
+    """-log(u) for u in (0, 1] (a normal float) from u's bits and two tables, within an
+    absolute 1.5e-14 of libm's (the rounding of the sum; measured at most 7.1e-15)."""
+    b = f64_bits(u)
+    e = (b >> 52) - 1023
+    i = (b >> (52 - _NLOG_BITS)) & ((1 << _NLOG_BITS) - 1)
+    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _NLOG_C[i]) * _NLOG_INVC[i]
+    p = t * (1.0 - t * (0.5 - t * (1.0 / 3.0 - t * (0.25 - t * 0.2))))
+    return -(e * _LN2 + _NLOG_LOGC[i] + p)
+
 
 @inline_kernel
 def _orderstat_below(data, fpar, ipar, c, dk, r_max):
@@ -147,43 +182,48 @@ def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     so rank 0 is below the caller's cut-off), without the ranks' exact log-weights.
 
     A_j is the exact test's sum of -log(u_j) / (n - j), here with products by
-    reciprocals and widened by ``_PROVE_WIDEN`` (relative) to cover the difference; the
-    log-weight lw_j = spline(log A_j) is bounded by the tabulated spline values at the
-    ends of A_j's cell (``OS_CELL_BITS`` mantissa bits), read off the bits of A_j: lw_0
-    from above, lw_j from below, each widened by ``fpar[c, OS_BOUND_SLACK]`` (which covers
-    the rounding of log A_j and of the spline's evaluation). The lower bound of the
-    partial normaliser is compared with r_max after each rank (after rank 1 in logs:
-    lw_1 - lw_0 against log(r_max - 1)). True only when it exceeds r_max, so the exact
-    sum, at least as large, does too. False (undecided) after ``_PROVE_RANKS`` ranks or
-    when A_j lies outside the table: the caller then runs the exact test. Per rank: one
-    logarithm (of the uniform), one product and one table read, and from rank 2 on an
-    exponential, against two logarithms, a quotient, a spline and an exponential for the
-    exact test.
+    reciprocals and :func:`_neg_log`, widened by ``_PROVE_WIDEN`` (relative) and by
+    ``_NEG_LOG_ERR / (n - j)`` per rank (absolute) to cover the difference; the
+    weight W_j = exp(lw_j - lw_ref) is bounded by the tabulated weights at the ends of
+    A_j's cell (``OS_CELL_BITS`` mantissa bits), read off the bits of A_j: W_0 from above
+    by its cell's first end, W_j from below by its cell's last end, their ratios
+    within the factor exp(2 slack) (``fpar[c, OS_BOUND_RATIO]``; the slack covers the
+    rounding of log A_j and of the spline's evaluation, the factor is widened by
+    ``OS_BOUND_WIDEN`` for the rounding of the weights and of the sums here). The exact
+    test exits once sum_{j>=1} W_j > (r_max - 1) W_0; the lower bound of that sum is
+    compared with the upper bound of the right side after each rank. True only when
+    it exceeds it, so the exact sum does too. False (undecided) after ``_PROVE_RANKS``
+    ranks or when A_j lies outside the table (or W_0's bound underflows to 0): the
+    caller then runs the exact test. Per rank: -log of the uniform from its bits and a
+    polynomial (:func:`_neg_log`, within ``_NEG_LOG_ERR`` of libm's, which the bounds of
+    A_j also absorb), one product, one table read and one addition (no libm call),
+    against two logarithms, a quotient, a spline and an exponential for the exact test.
     """
     n = ipar[c, 2]
     tb = ipar[c, 0] + 12 * ipar[c, 3]            # the bound table, after three splines
-    slack = fpar[c, OS_BOUND_SLACK]
-    log_r1 = math.log(r_max - 1.0)                # r_max > 1: the caller's cut-off is < 0
-    a = -math.log(unit(dk, 1)) * (1.0 / n)
-    i = (f64_bits(a * (1.0 - _PROVE_WIDEN)) >> (52 - OS_CELL_BITS)) - _OS_CELL0
+    inv = 1.0 / n
+    a = _neg_log(unit(dk, 1)) * inv
+    err = _NEG_LOG_ERR * inv                      # bound of |a - the exact test's A_j|, less _PROVE_WIDEN
+    i = (f64_bits(a * (1.0 - _PROVE_WIDEN) - err) >> (52 - OS_CELL_BITS)) - _OS_CELL0
     if i < 0 or i >= OS_BOUND_CELLS:
         return False
-    up0 = data[tb + i] + slack                    # >= lw_0
-    acc = 1.0
+    # the table entries of the later ranks must sum to more than lim, an upper bound of
+    # (r_max - 1) W_0 in table units (r_max - 1 rounds by at most 2**-52 relative for
+    # r_max < 8; r_max <= 1, a cut-off >= 0, gives lim <= 0 and no proof)
+    lim = (r_max - 1.0) * data[tb + i] * fpar[c, OS_BOUND_RATIO]
+    if not lim > 0.0:
+        return False
+    acc = 0.0
     for j in range(1, min(_PROVE_RANKS, ipar[c, 4])):
-        a -= math.log(unit(dk, j + 1)) * (1.0 / (n - j))
-        i = (f64_bits(a * (1.0 + _PROVE_WIDEN)) >> (52 - OS_CELL_BITS)) - _OS_CELL0
+        inv = 1.0 / (n - j)
+        a += _neg_log(unit(dk, j + 1)) * inv
+        err += _NEG_LOG_ERR * inv
+        i = (f64_bits(a * (1.0 + _PROVE_WIDEN) + err) >> (52 - OS_CELL_BITS)) - _OS_CELL0
         if i < 0 or i >= OS_BOUND_CELLS:
             return False
-        dlw = data[tb + i + 1] - slack - up0      # <= lw_j - lw_0
-        if j == 1:
-            if dlw > log_r1:
-                return True
-            acc += math.exp(dlw)
-        else:
-            acc += math.exp(dlw)
-            if acc > r_max:
-                return True
+        acc += data[tb + i + 1]
+        if acc > lim:
+            return True
     return False
 
 

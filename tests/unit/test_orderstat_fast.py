@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from brwsim import parse_family
-from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_bounds, orderstat_table
+from brwsim.families.tables import (N_INTERVALS, X_MAX, X_MIN, bound_weights, orderstat_bounds,
+                                    orderstat_table)
 from brwsim.kernels import dist as K
 from brwsim.kernels.rng import DIST, mix, purpose_key, unit
 from brwsim.kernels.special import bits_f64, f64_bits, spline_eval
@@ -72,6 +73,29 @@ def test_bound_table_brackets_the_spline(law, param):
         i = (_to_bits(float(v)) >> (52 - K.OS_CELL_BITS)) - K._OS_CELL0
         lw = spline_eval(table, 0, N_INTERVALS, X_MIN, inv_h, math.log(v))
         assert values[i + 1] - slack <= lw <= values[i] + slack
+
+
+@pytest.mark.parametrize("law, param", [("gamma", 0.05), ("gamma", 2.0), ("lognormal", 1.5)])
+def test_bound_weights_bound_weight_ratios(law, param):
+    """The kernel's bound: a weight ratio exp(lw(b) - lw(a)) is at least the table weight
+    at the end of b's cell over the weight at the start of a's cell, times the family's
+    factor exp(2 slack) (1 + OS_BOUND_WIDEN); weights are non-increasing, in [0, 1]."""
+    table = orderstat_table(law, param, 1.0)
+    values, slack = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
+    w = bound_weights(values)
+    assert w[0] == 1.0 and np.all(np.diff(w) <= 0.0) and np.all(w >= 0.0)
+    assert np.all((w == 0.0) | (w > 1e-300))
+    ratio = math.exp(2.0 * slack) * (1.0 + K.OS_BOUND_WIDEN)
+    inv_h = N_INTERVALS / (X_MAX - X_MIN)
+    rng = np.random.default_rng(6)
+    a = np.exp(rng.uniform(K.OS_EMIN * math.log(2.0), K.OS_EMAX * math.log(2.0), (3000, 2)))
+    for u, v in a:
+        iu = (_to_bits(float(u)) >> (52 - K.OS_CELL_BITS)) - K._OS_CELL0
+        iv = (_to_bits(float(v)) >> (52 - K.OS_CELL_BITS)) - K._OS_CELL0
+        lu = spline_eval(table, 0, N_INTERVALS, X_MIN, inv_h, math.log(u))
+        lv = spline_eval(table, 0, N_INTERVALS, X_MIN, inv_h, math.log(v))
+        if w[iu] > 0.0:
+            assert w[iv + 1] <= math.exp(lv - lu) * w[iu] * ratio
 
 
 def _exit_rank(spec, dk, min_logq):
@@ -174,3 +198,21 @@ def test_tail_blocks_follow_the_rank_by_rank_recursion(text, n_ranks):
             total += math.exp(lq) if lq > -math.inf else 0.0
         if n_ranks + n_head > spec.ipar[0, 2]:
             assert total == pytest.approx(1.0, abs=1e-12)
+
+
+@nb.njit
+def _neg_log_errors(us):
+    out = np.empty_like(us)
+    for k in range(us.size):
+        out[k] = K._neg_log(us[k]) + math.log(us[k])
+    return out
+
+
+def test_neg_log_is_within_its_stated_error_of_libm():
+    """_orderstat_below's -log(u) of the stream's uniforms ((k + 1) 2**-53, k < 2**53):
+    within a tenth of _NEG_LOG_ERR of libm's everywhere, ends of the range included."""
+    rng = np.random.default_rng(8)
+    k = rng.integers(0, 2 ** 53, 1_000_000, dtype=np.uint64).astype(np.float64)
+    ends = np.arange(0, 100000, dtype=np.float64)
+    us = np.concatenate([(k + 1.0) * 2.0 ** -53, (ends + 1.0) * 2.0 ** -53, 1.0 - ends * 2.0 ** -53])
+    assert np.max(np.abs(_neg_log_errors(us))) < 0.1 * K._NEG_LOG_ERR
