@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -43,3 +46,26 @@ def pytest_collection_modifyitems(config, items):
     if last:
         first = [it for it in items if not it.nodeid.startswith(RUN_LAST)]
         items[:] = first + last
+
+
+#: Scripts that compile the largest kernel groups: the optimal tree and the forest, for plain
+#: and for contextual kinds (two specialisations each, :func:`brwsim.kernels.dist.kinds_dtype`).
+WARM_UP = (
+    "import brwsim as b; f = b.parse_family('zipf(s=1.1, vocab=50)'); "
+    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
+    "import brwsim as b; f = b.parse_family('ngram(corpus=prose, order=3)'); "
+    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """With ``-n`` (pytest-xdist), compile the :data:`WARM_UP` groups into the numba cache
+    once, side by side, before the workers start: otherwise every worker compiles each of
+    them itself at the same time. Output and failures are left to the tests."""
+    config = session.config
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for code in WARM_UP]
+        for proc in procs:
+            proc.wait()
