@@ -148,17 +148,32 @@ _PROVE_RANKS = 8
 # by a few ulps (products by reciprocals instead of quotients): far beyond 8 ranks' rounding
 _PROVE_WIDEN = 1e-13
 
-# _neg_log(u) = -log(u) for u in (0, 1] without libm: u = 2**e m, m in [1, 2), c the centre
-# of m's cell (1/128 of an octave), -log u = -e log 2 - log c - log(1 + t) with
-# t = (m - c) / c, |t| <= 2**-8, log(1 + t) by its Taylor series to t**5 (remainder below
-# 6e-16; the rounding of the sum, at most about 1.3e-14 where -log u is near its largest
-# value, 36.7, dominates); measured absolute error against libm's log at most 7.1e-15
-# (tests/unit/test_orderstat_fast.py). _orderstat_below widens each term by _NEG_LOG_ERR,
-# so its bounds of A_j hold against the exact test's (libm) sums.
-_NLOG_BITS = 7
-_NLOG_C = 1.0 + (np.arange(1 << _NLOG_BITS) + 0.5) / (1 << _NLOG_BITS)
-_NLOG_LOGC = np.log(_NLOG_C)
-_NLOG_INVC = 1.0 / _NLOG_C
+# Functions of a float x in (0, 1] without libm (:func:`_neg_log`, :func:`_pow_gain`): x =
+# 2**e m with m in [1, 2) cut into 2**_CELL_BITS cells (1/128 of an octave), c the centre of
+# m's cell and t = (m - c) / c, |t| <= 2**-8 (:func:`_cell_split`); a function of c comes
+# from a table, one of 1 + t from a short Taylor series.
+_CELL_BITS = 7
+_CELL_C = 1.0 + (np.arange(1 << _CELL_BITS) + 0.5) / (1 << _CELL_BITS)
+_CELL_INVC = 1.0 / _CELL_C
+_MANT_BITS = 0xFFFFFFFFFFFFF
+_ONE_BITS = 0x3FF0000000000000
+
+
+@inline_kernel
+def _cell_split(x):
+    """(e, i, t) of a normal positive float x = 2**e m: the cell i of m and its offset t."""
+    b = f64_bits(x)
+    i = (b >> (52 - _CELL_BITS)) & ((1 << _CELL_BITS) - 1)
+    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _CELL_C[i]) * _CELL_INVC[i]
+    return (b >> 52) - 1023, i, t
+
+
+# _neg_log(u) = -log(u) = -e log 2 - log c - log(1 + t), log(1 + t) by its Taylor series
+# to t**5 (remainder below 6e-16; the rounding of the sum, at most about 1.3e-14 where
+# -log u is near its largest value, 36.7, dominates); measured absolute error against
+# libm's log at most 7.1e-15 (tests/unit/test_orderstat_fast.py). _orderstat_below widens
+# each term by _NEG_LOG_ERR, so its bounds of A_j hold against the exact test's (libm) sums.
+_NLOG_LOGC = np.log(_CELL_C)
 _LN2 = math.log(2.0)
 _NEG_LOG_ERR = 1e-13
 
@@ -167,10 +182,7 @@ _NEG_LOG_ERR = 1e-13
 def _neg_log(u):
     """-log(u) for u in (0, 1] (a normal float) from u's bits and two tables, within an
     absolute 1.5e-14 of libm's (the rounding of the sum; measured at most 7.1e-15)."""
-    b = f64_bits(u)
-    e = (b >> 52) - 1023
-    i = (b >> (52 - _NLOG_BITS)) & ((1 << _NLOG_BITS) - 1)
-    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _NLOG_C[i]) * _NLOG_INVC[i]
+    e, i, t = _cell_split(u)
     p = t * (1.0 - t * (0.5 - t * (1.0 / 3.0 - t * (0.25 - t * 0.2))))
     return -(e * _LN2 + _NLOG_LOGC[i] + p)
 
@@ -320,22 +332,16 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     li[d, 0] = ORDERSTAT
 
 
-# _pow_gain(x) = x**_GAIN_POW for x in (0, 1] without libm: x = 2**e m, m in [1, 2), c the
-# centre of m's cell (1/128 of an octave), x**p = (2**p)**e c**p (1 + t)**p with
-# t = (m - c) / c, |t| <= 2**-8, and (1 + t)**p by its Taylor series to t**4 (remainder
+# _pow_gain(x) = x**_GAIN_POW for x in (0, 1] without libm (cells: _cell_split):
+# x**p = (2**p)**e c**p (1 + t)**p, (1 + t)**p by its Taylor series to t**4 (remainder
 # below 1.5e-14 relative; measured relative error of the whole below 2e-14, against 1 ulp,
 # 1.1e-16, for libm's pow, at a fraction of its cost).
-_POW_BITS = 7
-_POW_C = 1.0 + (np.arange(1 << _POW_BITS) + 0.5) / (1 << _POW_BITS)
-_POW_CP = _POW_C ** _GAIN_POW
-_POW_INVC = 1.0 / _POW_C
+_POW_CP = _CELL_C ** _GAIN_POW
 _POW_E = 2.0 ** (_GAIN_POW * np.arange(0, -1023, -1.0))     # (2**p)**e for e = 0, -1, ...
 _POW_T1 = _GAIN_POW
 _POW_T2 = _GAIN_POW * (_GAIN_POW - 1.0) / 2.0
 _POW_T3 = _GAIN_POW * (_GAIN_POW - 1.0) * (_GAIN_POW - 2.0) / 6.0
 _POW_T4 = _GAIN_POW * (_GAIN_POW - 1.0) * (_GAIN_POW - 2.0) * (_GAIN_POW - 3.0) / 24.0
-_MANT_BITS = 0xFFFFFFFFFFFFF
-_ONE_BITS = 0x3FF0000000000000
 
 
 @inline_kernel
@@ -344,10 +350,7 @@ def _pow_gain(x):
     below the normal range, or not in (0, 1], goes to libm's pow."""
     if not (2.2250738585072014e-308 <= x <= 1.0):
         return x ** _GAIN_POW if x > 0.0 else 0.0
-    b = f64_bits(x)
-    e = (b >> 52) - 1023                    # <= 0
-    i = (b >> (52 - _POW_BITS)) & ((1 << _POW_BITS) - 1)
-    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _POW_C[i]) * _POW_INVC[i]
+    e, i, t = _cell_split(x)                # e <= 0
     return _POW_E[-e] * _POW_CP[i] * (1.0 + t * (_POW_T1 + t * (_POW_T2 + t * (_POW_T3 + t * _POW_T4))))
 
 
