@@ -27,7 +27,10 @@ tree.
 Thresholds (:func:`grow_tree`): each root's first pass aims at a tuned multiple of P_max
 nodes from the last root's count (:func:`_aim`, :func:`_tune`); a short pass of a
 closed-form family is continued from per-node records (:func:`_resume`), others repeat it.
-The trees never depend on the thresholds.
+A pass that is not continued lowers its cut-off as it goes, to the P_max-th smallest
+position collected so far (:func:`_walk`, :func:`_lower`): a star-shaped tree (the root's
+own ranks, as Dirichlet(0.05, 32000) at P = 256) then stops near P_max nodes whatever the
+aim. The trees never depend on the thresholds.
 
 Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
 table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
@@ -203,7 +206,7 @@ def _lattice(kinds, fpar):
 @kernel
 def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, d, n_old, fr,
           fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
-          head):
+          head, p_stop, order):
     """Depth-first pass at cut-off ``t`` (already a tie cut-off), appending nodes from index ``n``.
 
     Visits, children in rank order, every node with S <= t below the node whose
@@ -223,10 +226,22 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
     still searching the target's sampled child (-2: none yet), its path uniform and the
     probability of the children it took; it moves when that node's walk finds the child.
 
-    Returns (n, fr, fu, fc): the new node count (``_ABORT`` beyond ``cap``,
-    ``_TOO_DEEP`` beyond the level buffers) and the frontier.
+    With ``p_stop`` > 0 the pass lowers its cut-off as it goes (:func:`_lower`): once it
+    holds ``p_stop`` nodes, and again after every further p_stop / 2, the cut-off becomes
+    the tie cut-off of the p_stop-th smallest position v collected so far. Every node at
+    or below v is still collected (the nodes not yet visited are walked at the new
+    cut-off, which is above v), so the p_stop first nodes of the whole tree are among
+    those collected, with every node tied with them: the same trees as a pass at the
+    first cut-off, for less work where that cut-off was high. ``order`` is the scratch
+    of the selection. Not with records for :func:`_resume` (their cut-offs would differ).
+
+    Returns (n, fr, fu, fc, low): the new node count (``_ABORT`` beyond ``cap``,
+    ``_TOO_DEEP`` beyond the level buffers), the frontier, and the last v (+inf if the
+    cut-off was never lowered): at least p_stop of the nodes lie at or below it.
     """
     n_levels = keys.shape[0]
+    low = np.inf
+    n_check = p_stop if p_stop > 0 else MAX_NODES + 1
     # i.i.d. nodes of one ORDERSTAT component: a child whose rank 0 is provably below the
     # cut-off (dist.orderstat_child_empty, which dist_init would try first) is never set up
     os_iid = (not closed and kinds.shape[0] == 1 and kinds[0] == ORDERSTAT
@@ -252,9 +267,9 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
                 d -= 1
                 continue
             if n >= cap:
-                return _ABORT, fr, fu, fc
+                return _ABORT, fr, fu, fc, low
             if d + 1 >= n_levels:
-                return _TOO_DEEP, fr, fu, fc
+                return _TOO_DEEP, fr, fu, fc, low
             child_on = 0
             if on_lev[d] == 1:
                 c_lev[d] += math.exp(lq)
@@ -266,6 +281,13 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
             dep[n] = d + 1
             onpath[n] = child_on
             n += 1
+            if n >= n_check:
+                v = _lower(pos, dep, order, n, p_stop)
+                if v < low:
+                    low = v
+                    t = min(t, _tie_cut(v))
+                n_check = n + max(p_stop >> 3, 16)
+            # (top <= 0: a node beyond a lowered cut-off is a leaf here)
             if sc - top > t:            # even its rank 0 is above t: no children
                 nkey[n - 1] = keys[d]   # its parent's key and -1 - its rank: no hash
                 nxt[n - 1] = sc - top
@@ -299,12 +321,26 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
         if d < 0:
             break
         base = d
-    return n, fr, fu, fc
+    return n, fr, fu, fc, low
+
+
+@kernel
+def _lower(pos, dep, order, n, k):
+    """The k-th smallest of the positions pos[:n] (``order[:n]`` is overwritten)."""
+    for i in range(n):
+        order[i] = i
+    _select(order, 0, n, k, pos, dep)
+    v = pos[order[0]]
+    for i in range(1, k):
+        if pos[order[i]] > v:
+            v = pos[order[i]]
+    return v
 
 
 @kernel
 def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t, cap, max_depth,
-             pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+             pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head,
+             p_stop, order):
     """Nodes with S <= _tie_cut(t) below the root ``rkey`` into (pos, dep, onpath), in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
@@ -314,8 +350,10 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t
     distributions are set up and read by the small inline ``closed_init`` / ``closed_next``
     (the same state and numbers as ``dist_init`` / ``dist_next``); ``top`` is
     :func:`_top_bound`; the nodes' records for :func:`_resume` are kept (:func:`_walk`).
-    Returns (n, frontier, u, c) as :func:`_walk`: the number of nodes, ``_ABORT`` if
-    more than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than the level buffers.
+    ``p_stop`` > 0 lowers the cut-off as the pass goes (``order``: its scratch, see
+    :func:`_walk`). Returns (n, frontier, u, c, low) as :func:`_walk`: the number of
+    nodes, ``_ABORT`` if more than ``cap``, or ``_TOO_DEEP`` if the tree is deeper than
+    the level buffers; the frontier; the lowered threshold (+inf: not lowered).
     """
     t = _tie_cut(t)
     keys[0] = rkey
@@ -329,7 +367,7 @@ def _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t
     dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
     return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 0, 0, -1, -2,
                  0.0, 0.0, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev,
-                 c_lev, lf, li, head)
+                 c_lev, lf, li, head, p_stop, order)
 
 
 @kernel
@@ -349,7 +387,7 @@ def _resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 
     """
     return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, _tie_cut(t), cap, max_depth, n, -1,
                  n, fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev,
-                 u_lev, c_lev, lf, li, head)
+                 u_lev, c_lev, lf, li, head, 0, nrk)[:4]
 
 
 @kernel
@@ -883,7 +921,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     :func:`_tune`). For closed-form families with a drawn root a pass short of P_max
     nodes is continued (:func:`_resume`), not repeated (a lazy family's level lists just
     the ranks above its cut-off, a contextual family's node needs its parent's level:
-    they repeat it). A continued pass's nodes are no longer in pre-order, so when a
+    they repeat it); a pass that is not continued lowers its cut-off once it holds P_max
+    nodes (:func:`_walk`), and the next root then starts from the lowered value. A continued pass's nodes are no longer in pre-order, so when a
     budget's cut has more than one node in its tie zone (where pre-order breaks ties) the
     root is collected again in one pass at the final threshold, and the worker's later
     roots repeat short passes; families with exact ties (:func:`_lattice`: lattices, a
@@ -902,6 +941,11 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         flags[0] = 1.0
     resume = closed and root_mode == ROOT_DRAW and flags[0] == 0.0
     mode = AIM_TIES if flags[0] == 1.0 else (AIM_RESUME if resume else AIM_REPEAT)
+    # a pass that is not continued lowers its cut-off as it goes (_walk); its overshoot is
+    # then cheap, so the next root is aimed as for continuous counts even where some
+    # positions tie (a lazy family's tail), though not on a lattice (counts in steps)
+    p_stop = 0 if mode == AIM_RESUME else p_max
+    aim_mode = AIM_REPEAT if p_stop > 0 and not closed else mode
     passes = 0
     short = False
     prev = -1
@@ -917,17 +961,23 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     fc = 0.0
     fresh = True
     resumed = False
+    lowered = False
     while True:
         if fresh:
             li[0, CTX_I] = root_ci
             lf[0, CTX_F] = root_cf
             n0 = 0
-            n, fr, fu, fc = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode,
-                                     t, cap, cut, pos, dep, onpath, nkey, nxt, nrk, own, keys,
-                                     s_lev, on_lev, u_lev, c_lev, lf, li, head)
+            n, fr, fu, fc, low = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey,
+                                          root_mode, t, cap, cut, pos, dep, onpath, nkey, nxt, nrk,
+                                          own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head,
+                                          p_stop, order)
+            lowered = low < np.inf      # the pass lowered its cut-off: P_max nodes lie below
+            if low < t:
+                t = low
         else:
             n0 = n
             resumed = True
+            lowered = False
             n, fr, fu, fc = _resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, cut, n,
                                     fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev,
                                     on_lev, u_lev, c_lev, lf, li, head)
@@ -965,10 +1015,11 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             continue
         if t > T_LIMIT:             # the threshold passed every positive path probability
             return TOO_FEW, t, ws      # (the caller stops: an error)
-    flags[1] = _tune(flags[1], short, mode)
+    flags[1] = _tune(flags[1], short, aim_mode)
     ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
           nrk, own, flags)
-    return visited, _aim(n, p_max, t, mode, flags[1], flags[2]), ws
+    # (a lowered pass's threshold is where P_max nodes lie, whatever ties it holds)
+    return visited, _aim(p_max if lowered else n, p_max, t, aim_mode, flags[1], flags[2]), ws
 
 
 @njit_cached
@@ -1069,7 +1120,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             lf[0, CTX_F] = 0.0
             k = _collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkeys[r], ROOT_DRAW, t,
                          cap - n, cut, pos[n:], dep[n:], onpath[n:], nkey[n:], nxt[n:], nrk[n:],
-                         own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)[0]
+                         own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, 0, order)[0]
             if k < 0:
                 status = k
                 break

@@ -29,7 +29,7 @@ def _pass(spec, ws, key, t, p_max, first=None):
     args = (pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
     if first is None:
         return T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed,
-                          top, key, -1, t, pos.shape[0], p_max, *args)
+                          top, key, -1, t, pos.shape[0], p_max, *args, 0, order)[:4]
     n, fr, fu, fc = first
     return T._resume(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
                      t, pos.shape[0], p_max, n, fr, fu, fc, *args)
