@@ -19,17 +19,27 @@ from brwsim.kernels.special import spline_eval
 
 
 @inline_kernel
-def _lower_side(data, off, y):
-    """(log x, log(1 - x)) of the lower-half quantile of the side at ``data[off]``, y = log u."""
+def _side_point(data, off, y):
+    """(log z, z, grid abscissa v) of the lower-half side at ``data[off]``, y = log u."""
     lz = (y + data[off]) * data[off + 1]
     z = math.exp(lz)
     w = max(1.0 - z * data[off + 2], 0.0)
-    v = math.sqrt(w) if data[off + 3] == 2.0 else w
+    return lz, z, (math.sqrt(w) if data[off + 3] == 2.0 else w)
+
+
+@inline_kernel
+def _side_log1m(data, off, z, v):
+    """log(1 - x) = -z r(v) of the side at ``data[off]``."""
     n_int = int(data[off + 4])
-    inv_h = data[off + 5]
-    g = spline_eval(data, off + 6, n_int, 0.0, inv_h, v)
-    r = spline_eval(data, off + 6 + 4 * n_int, n_int, 0.0, inv_h, v)
-    return lz + g, -z * r
+    return -z * spline_eval(data, off + 6 + 4 * n_int, n_int, 0.0, data[off + 5], v)
+
+
+@inline_kernel
+def _lower_side(data, off, y):
+    """(log x, log(1 - x)) of the lower-half quantile of the side at ``data[off]``, y = log u."""
+    lz, z, v = _side_point(data, off, y)
+    g = spline_eval(data, off + 6, int(data[off + 4]), 0.0, data[off + 5], v)
+    return lz + g, _side_log1m(data, off, z, v)
 
 
 @inline_kernel
@@ -44,3 +54,19 @@ def beta_log_pair(data, base, pair, u):
         return _lower_side(data, base + int(data[p + 1]), math.log(u))
     l1x, lx = _lower_side(data, base + int(data[p + 2]), math.log(1.0 - u))
     return lx, l1x
+
+
+@inline_kernel
+def beta_log_heavy(data, base, pair, u):
+    """The larger of log X and log(1 - X) for X ~ Beta(a, b) at the uniform u, and True
+    when it is log X: the same numbers as :func:`beta_log_pair`'s for that part, without
+    the other part's spline (X <= 1/2 exactly when u <= m0 = I_{1/2}(a, b); the other
+    part's computed value is at most log(1/2) plus the tables' error)."""
+    p = base + pair
+    if u <= data[p]:
+        off = base + int(data[p + 1])
+        lz, z, v = _side_point(data, off, math.log(u))
+        return False, _side_log1m(data, off, z, v)
+    off = base + int(data[p + 2])
+    lz, z, v = _side_point(data, off, math.log(1.0 - u))
+    return True, _side_log1m(data, off, z, v)

@@ -54,7 +54,7 @@ from numba import types
 from numba.extending import overload
 
 from brwsim.kernels import inline_kernel, kernel
-from brwsim.kernels.betaquantile import beta_log_pair
+from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
@@ -474,6 +474,10 @@ DIR_STACK = 64
 _GROUP_KEY = np.uint64(0x9E3779B97F4A7C15)
 _JOHNK_BELOW = 1.5
 _LOG_HALF = math.log(0.5)
+# a group whose log mass is below the cut-off less log 2 and this margin splits into a
+# lighter part certainly below the cut-off: its computed log mass is at most log(1/2)
+# plus the Beta tables' error (1e-11) and roundings, far below this
+_HALF_MARGIN = 1e-9
 
 
 def dirichlet_head_cap(vocab: int) -> int:
@@ -590,7 +594,18 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
         m1 = m // 2
         gk = mix(dk + np.uint64(g) * _GROUP_KEY)
         pair = int(data[base + m])
-        if pair >= 0 and data[base + pair + 1] >= 0.0:
+        tabulated = pair >= 0 and data[base + pair + 1] >= 0.0
+        if tabulated and lm + _LOG_HALF + _HALF_MARGIN < cut:
+            # the lighter part (at most half the mass) is below the cut: the heavier only
+            first, lb = beta_log_heavy(data, base, pair, unit(gk, 0))
+            if lm + lb >= cut:
+                o = sb + 3 * sp
+                row[o] = lm + lb
+                row[o + 1] = m1 if first else m - m1
+                row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
+                sp += 1
+            continue
+        if tabulated:
             lb1, lb2 = beta_log_pair(data, base, pair, unit(gk, 0))
         else:
             lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha, gk)
