@@ -568,7 +568,10 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
     use is missed) finds exactly the tokens above it. With q = exp(min_logq) the walk
     splits the groups of mass >= q: about one per level of the tree (log2 n) when q is
     uniform on (0, 1), as the threshold pass's lam / p(v) about is, and about log2 n per
-    listed rank. ``li[d, 3]`` is the number of listed ranks.
+    listed rank. A group of mass below 2q (less a margin, ``_HALF_MARGIN``) reads only
+    its heavier part's log mass (:func:`brwsim.kernels.betaquantile.beta_log_heavy`, the
+    same number): the lighter part is below the cut-off whatever its value.
+    ``li[d, 3]`` is the number of listed ranks.
     """
     alpha = fpar[c, 0]
     n = ipar[c, 2]

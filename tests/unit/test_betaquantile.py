@@ -23,7 +23,7 @@ from brwsim.families.betaquantile import (
     side_table,
     tree_block,
 )
-from brwsim.kernels.betaquantile import beta_log_pair
+from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
 
 PAIRS = [(0.05, 0.05), (0.05, 0.1), (1.25, 1.25), (5.0, 5.0), (4.0, 0.5), (0.5, 4.0),
          (40.0, 40.0), (1e-6, 2e-6)]
@@ -35,6 +35,15 @@ def _draw(data, us):
     for i in range(us.size):
         out[i, 0], out[i, 1] = beta_log_pair(data, 0, 0, us[i])
     return out
+
+
+@nb.njit(cache=False)
+def _draw_heavy(data, us):
+    first = np.empty(us.size, np.bool_)
+    out = np.empty(us.size)
+    for i in range(us.size):
+        first[i], out[i] = beta_log_heavy(data, 0, 0, us[i])
+    return first, out
 
 
 def _table(a, b):
@@ -147,3 +156,18 @@ def test_a_side_no_uniform_reaches_is_not_tabulated_quietly():
     head = where[(60.0, 0.05)]
     assert block[head] < 2.0 ** -53
     assert block[head + 1] == -1 and block[head + 2] == -1
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_the_heavier_part_alone_is_the_same_number(a, b):
+    """beta_log_heavy (a Dirichlet group whose lighter part cannot matter) gives bit for
+    bit the larger of beta_log_pair's two logs and says which one it is; the other is at
+    most log(1/2) up to the tables' error."""
+    data = _table(a, b)
+    us = np.concatenate([np.random.default_rng(5).random(20000), [1.0, 2.0**-53, 0.5]])
+    pair = _draw(data, us)
+    first, heavy = _draw_heavy(data, us)
+    np.testing.assert_array_equal(heavy, np.where(first, pair[:, 0], pair[:, 1]))
+    light = np.where(first, pair[:, 1], pair[:, 0])
+    assert np.all(light <= math.log(0.5) + 1e-10)
+    assert 0 < first.sum() < us.size
