@@ -227,7 +227,7 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
     probability of the children it took; it moves when that node's walk finds the child.
 
     With ``p_stop`` > 0 the pass lowers its cut-off as it goes (:func:`_lower`): once it
-    holds ``p_stop`` nodes, and again after every further p_stop / 2, the cut-off becomes
+    holds ``p_stop`` nodes, and again after every further p_stop / 8, the cut-off becomes
     the tie cut-off of the p_stop-th smallest position v collected so far. Every node at
     or below v is still collected (the nodes not yet visited are walked at the new
     cut-off, which is above v), so the p_stop first nodes of the whole tree are among
@@ -387,7 +387,7 @@ def _resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 
     """
     return _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, _tie_cut(t), cap, max_depth, n, -1,
                  n, fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev,
-                 u_lev, c_lev, lf, li, head, 0, nrk)[:4]
+                 u_lev, c_lev, lf, li, head, 0, nrk)[:4]  # (no lowering: no scratch is read)
 
 
 @kernel
@@ -922,9 +922,10 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     nodes is continued (:func:`_resume`), not repeated (a lazy family's level lists just
     the ranks above its cut-off, a contextual family's node needs its parent's level:
     they repeat it); a pass that is not continued lowers its cut-off once it holds P_max
-    nodes (:func:`_walk`), and the next root then starts from the lowered value. A continued pass's nodes are no longer in pre-order, so when a
-    budget's cut has more than one node in its tie zone (where pre-order breaks ties) the
-    root is collected again in one pass at the final threshold, and the worker's later
+    nodes (:func:`_walk`), and the next root then starts from the lowered value. A
+    continued pass's nodes are no longer in pre-order, so when a budget's cut has more
+    than one node in its tie zone (where pre-order breaks ties) the root is collected
+    again in one pass at the final threshold, and the worker's later
     roots repeat short passes; families with exact ties (:func:`_lattice`: lattices, a
     Zipf law shared by every node) never continue.
     With ``root_mode`` ROOT_PRESET the root's context is (root_ci, root_cf).
