@@ -542,6 +542,17 @@ def _log_beta_split(a, b, gk):
     return lg1 - lt, lg2 - lt
 
 
+@inline_kernel
+def _push_group(row, sb, sp, lm, m, g, first):
+    """Push onto the group stack at ``row[sb:]`` (``sp`` groups) the first half (``first``)
+    or the second of group ``g`` of ``m`` tokens, with log mass ``lm``; the new size."""
+    o = sb + 3 * sp
+    row[o] = lm
+    row[o + 1] = m // 2 if first else m - m // 2
+    row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
+    return sp + 1
+
+
 @kernel
 def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
     """A DIRICHLET level: the node's ranks above ``min_logq``, sorted, in its head row.
@@ -602,11 +613,7 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
             # the lighter part (at most half the mass) is below the cut: the heavier only
             first, lb = beta_log_heavy(data, base, pair, unit(gk, 0))
             if lm + lb >= cut:
-                o = sb + 3 * sp
-                row[o] = lm + lb
-                row[o + 1] = m1 if first else m - m1
-                row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
-                sp += 1
+                sp = _push_group(row, sb, sp, lm + lb, m, g, first)
             continue
         if tabulated:
             lb1, lb2 = beta_log_pair(data, base, pair, unit(gk, 0))
@@ -619,11 +626,7 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
             first = (l1 < l2) == (h == 0)
             lh = l1 if first else l2
             if lh >= cut:
-                o = sb + 3 * sp
-                row[o] = lh
-                row[o + 1] = m1 if first else m - m1
-                row[o + 2] = 2.0 * g if first else 2.0 * g + 1.0
-                sp += 1
+                sp = _push_group(row, sb, sp, lh, m, g, first)
     _sort_descending(row, k)
     li[d, 3] = k
 
