@@ -19,7 +19,8 @@ from scipy import special
 
 from brwsim.kernels.special import zipf_sum
 
-__all__ = ["orderstat_table", "orderstat_bounds", "bound_weights", "zipf_norm_table", "N_INTERVALS", "X_MIN", "X_MAX"]
+__all__ = ["orderstat_table", "orderstat_bounds", "bound_weights", "zipf_norm_table",
+           "spline_starts_floors", "N_INTERVALS", "X_MIN", "X_MAX"]
 
 N_INTERVALS = 4096
 X_MIN = -60.0
@@ -193,6 +194,24 @@ def bound_weights(values: np.ndarray) -> np.ndarray:
     gives no proof from a first rank whose bound is 0)."""
     rel = np.asarray(values, dtype=np.float64) - values[0]
     return np.where(rel > -700.0, np.exp(np.maximum(rel, -700.0)), 0.0)
+
+
+def spline_starts_floors(coef: np.ndarray, x0: float, inv_h: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval's start and a lower bound of the spline on it, for a table lookup.
+
+    ``coef`` is (n_int, 4) as :func:`_spline_coef` on the grid x0 + i / inv_h. The
+    starts are the numbers :func:`brwsim.kernels.special.spline_eval` computes (x0 +
+    i / inv_h, the same operations), so a kernel reading them instead of dividing gets
+    the same bits. The floors bound c0 + d (c1 + d (c2 + d c3)) for |d| up to two grid
+    steps (a clamped or rounded offset stays within that) by c0 - h (|c1| + h (|c2| +
+    h |c3|)) with h twice the step, less 1e-9 (1 + |bound|) for rounding.
+    """
+    coef = np.asarray(coef, dtype=np.float64).reshape(-1, 4)
+    starts = x0 + np.arange(coef.shape[0]) / inv_h
+    h = 2.0 / inv_h
+    c0, c1, c2, c3 = coef.T
+    v = c0 - h * (np.abs(c1) + h * (np.abs(c2) + h * np.abs(c3)))
+    return starts, v - 1e-9 * (1.0 + np.abs(v))
 
 
 def zipf_norm_table(s_lo: float, s_hi: float, vocab: int, n_int: int = 1024) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
-from brwsim.families.tables import zipf_norm_table
+from brwsim.families.tables import spline_starts_floors, zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.special import zipf_sum
 from brwsim.theory.laws import SpineLaw, SpineSteps
@@ -53,8 +53,14 @@ class Zipf(Family):
     def components(self, beta: float = 1.0) -> list[Component]:
         lo, hi = beta * (self.s - self.spread), beta * (self.s + self.spread)
         table = zipf_norm_table(lo, hi, self.vocab)
-        inv_h = table.shape[0] / (hi - lo) if hi > lo else 1.0
-        return [Component(K.ZIPF, [lo, hi, inv_h], [self.vocab], data=table)]
+        n_int = table.shape[0]
+        inv_h = n_int / (hi - lo) if hi > lo else 1.0
+        # the kernel reads each interval's start and floor instead of dividing
+        # (brwsim.kernels.dist._zipf_log_norm): [coefficients | starts | floors]
+        starts, floors = spline_starts_floors(table, lo, inv_h)
+        data = np.concatenate([table.ravel(), starts, floors])
+        return [Component(K.ZIPF, [lo, hi, inv_h, float(floors.min())], [self.vocab, n_int],
+                          data=data)]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         s = beta * rng.uniform(self.s - self.spread, self.s + self.spread)

@@ -58,13 +58,14 @@ from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
-from brwsim.kernels.special import bits_f64, f64_bits, spline_eval, zipf_sum
+from brwsim.kernels.special import bits_f64, f64_bits, spline_eval, spline_index, spline_poly, zipf_sum
 from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
 TABLE = 1
 GEOMETRIC = 2  # fpar[c] = (r, log r, log(1 - r))
-ZIPF = 3
+ZIPF = 3       # fpar[c] = (s_lo, s_hi, inv_h, lowest floor); ipar[c, 2:4] = (vocab, n_int);
+               # data: log-normaliser spline [coefficients | starts | floors] (_closed_init)
 BANK = 4
 ORDERSTAT = 5
 PEAKED = 6
@@ -816,8 +817,10 @@ def closed_form(kinds, cprog):
 
 
 @inline_kernel
-def closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li):
-    """:func:`dist_init` of an i.i.d. node of a :func:`closed_form` family (the same state)."""
+def closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li, sc, t):
+    """:func:`dist_init` of an i.i.d. node of a :func:`closed_form` family (the same state),
+    at position ``sc`` in a pass at cut-off ``t``: see :func:`_closed_init` (returns a
+    lower bound g of its rank 0's -log q; with sc + g > t the level is not set up)."""
     dk = purpose_key(key, DIST)
     c = 0
     if kinds.shape[0] > 1:
@@ -826,17 +829,32 @@ def closed_init(kinds, cw, fpar, ipar, data, key, d, lf, li):
     li[d, 0] = kind
     li[d, 1] = 0
     li[d, 2] = c
-    _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
+    return _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li, sc, t)
 
 
 @inline_kernel
-def _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li):
-    """Level ``d``'s state for a closed-form component ``c`` of kind ``kind``."""
+def _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li, sc, t):
+    """Level ``d``'s state for a closed-form component ``c`` of kind ``kind``.
+
+    Returns a lower bound g of -log q of the level's rank 0 (-inf: none known). A Zipf
+    level reads its log-normaliser off the spline of ``data`` [coefficients | interval
+    starts | floors] (:func:`brwsim.families.tables.spline_starts_floors`): the same bits
+    as :func:`spline_eval`, without its division. When its node, at position ``sc``, has
+    sc + g > ``t`` with g its interval's floor, it has no child at or below t, and the
+    level is left half set up (the caller does not descend; t = +inf sets it up fully).
+    """
     if kind == ZIPF:
         s_lo = fpar[c, 0]
         s = s_lo + unit(dk, 1) * (fpar[c, 1] - s_lo)
+        off = ipar[c, 0]
+        n_int = ipar[c, 3]
+        i = spline_index(n_int, s_lo, fpar[c, 2], s)
+        floor = data[off + 5 * n_int + i]
+        if sc + floor > t:
+            return floor
         lf[d, 0] = s
-        lf[d, 1] = spline_eval(data, ipar[c, 0], ipar[c, 1] // 4, s_lo, fpar[c, 2], s)
+        # the log-normaliser: spline_eval's bits, the interval's start read, not divided
+        lf[d, 1] = spline_poly(data, off + 4 * i, s - data[off + 4 * n_int + i])
         li[d, 3] = ipar[c, 2]
     elif kind == GEOMETRIC:
         lf[d, 0] = fpar[c, 1]
@@ -851,6 +869,7 @@ def _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li):
         lf[d, 1] = coef
         lf[d, 2] = fpar[c, 2]
         li[d, 3] = 0                      # 1 once the top-1 token has been emitted
+    return NEG_INF
 
 
 @inline_kernel
@@ -918,7 +937,7 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     li[d, 1] = 0
     li[d, 2] = c
     if kind <= PEAKED and kind != ORDERSTAT:
-        _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li)
+        _closed_init(fpar, ipar, data, kind, c, dk, d, lf, li, 0.0, np.inf)
     elif kind == ORDERSTAT:
         if _orderstat_empty(data, fpar, ipar, c, dk, min_logq):
             li[d, 0] = EMPTY

@@ -4,7 +4,9 @@
   (exact head plus Euler-Maclaurin), the normaliser and moment sums of Zipf laws.
 * :func:`spline_eval`: a cubic spline stored as per-interval coefficients on a uniform
   grid, the quantile tables of order statistics (built with scipy in
-  :mod:`brwsim.families.tables`); :func:`spline_val_der` also gives its derivative.
+  :mod:`brwsim.families.tables`); :func:`spline_val_der` also gives its derivative;
+  :func:`spline_index` and :func:`spline_poly` are its two steps, for a caller that keeps
+  the interval's start in a table instead of dividing (the Zipf normaliser).
 * :func:`f64_bits`, :func:`bits_f64`: a float64's bits and back, for cell indices on a
   logarithmic grid.
 """
@@ -18,7 +20,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from brwsim.kernels import kernel
+from brwsim.kernels import inline_kernel, kernel
 
 _EXACT_HEAD = 10
 # B_2j / (2j)! for j = 1..4
@@ -95,15 +97,28 @@ def zipf_sum(n, s, k):
     return total
 
 
-@kernel
-def _spline_interval(off, n_int, x0, inv_h, x):
-    """(index of the coefficients of x's interval, offset d of x in it), clamped to the grid."""
+@inline_kernel
+def spline_index(n_int, x0, inv_h, x):
+    """Index of x's interval on a uniform grid of ``n_int`` intervals from x0, clamped to it."""
     f = (x - x0) * inv_h
     i = int(f)
     if f < 0.0:
         i = 0
     elif i >= n_int:
         i = n_int - 1
+    return i
+
+
+@inline_kernel
+def spline_poly(coef, j, d):
+    """c0 + d*(c1 + d*(c2 + d*c3)) with the coefficients at coef[j:j + 4]."""
+    return coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
+
+
+@kernel
+def _spline_interval(off, n_int, x0, inv_h, x):
+    """(index of the coefficients of x's interval, offset d of x in it), clamped to the grid."""
+    i = spline_index(n_int, x0, inv_h, x)
     return off + 4 * i, x - (x0 + i / inv_h)
 
 
@@ -116,14 +131,14 @@ def spline_eval(coef, off, n_int, x0, inv_h, x):
     indexing (no array views) keeps the kernels free of reference counting.
     """
     j, d = _spline_interval(off, n_int, x0, inv_h, x)
-    return coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
+    return spline_poly(coef, j, d)
 
 
 @kernel
 def spline_val_der(coef, off, n_int, x0, inv_h, x):
     """:func:`spline_eval` and the spline's derivative at ``x``."""
     j, d = _spline_interval(off, n_int, x0, inv_h, x)
-    val = coef[j] + d * (coef[j + 1] + d * (coef[j + 2] + d * coef[j + 3]))
+    val = spline_poly(coef, j, d)
     der = coef[j + 1] + d * (2.0 * coef[j + 2] + 3.0 * d * coef[j + 3])
     return val, der
 

@@ -113,15 +113,14 @@ def _new_levels(n_levels, head_cap):
 
 
 @kernel
-def _top_bound(kinds, fpar, ipar, data, closed, cap):
+def _top_bound(kinds, fpar, closed):
     """An upper bound on every node's rank-0 log-probability (0.0: none known).
 
     A node whose position less this bound is above the threshold cannot have children, so
     a pass over a closed-form family never sets it up (rounding is monotonic). Zipf's
-    rank 0 is minus its log-normaliser, a cubic spline in s, bounded below on each
-    interval by c0 - h (|c1| + h (|c2| + h |c3|)) with h twice the grid step, less a
-    margin; that loop is skipped (bound 0.0) for passes of fewer than 64 nodes per
-    interval, where it would cost more than it saves.
+    rank 0 is minus its log-normaliser, a cubic spline in s: the bound is minus the
+    lowest of its intervals' floors (``fpar[c, 3]``, see
+    :func:`brwsim.families.tables.spline_starts_floors`).
     """
     if not closed:
         return 0.0
@@ -133,15 +132,8 @@ def _top_bound(kinds, fpar, ipar, data, closed, cap):
             ub = fpar[c, 2]
         elif k == UNIFORM:
             ub = fpar[c, 0]
-        elif k == ZIPF and 64 * (ipar[c, 1] // 4) <= cap:
-            h = 2.0 / fpar[c, 2]
-            lo = np.inf
-            for i in range(ipar[c, 1] // 4):
-                j = ipar[c, 0] + 4 * i
-                v = data[j] - h * (abs(data[j + 1]) + h * (abs(data[j + 2]) + h * abs(data[j + 3])))
-                if not v >= lo:
-                    lo = v
-            ub = -(lo - 1e-9 * (1.0 + abs(lo)))
+        elif k == ZIPF:
+            ub = -fpar[c, 3]
         if not ub < 0.0:
             return 0.0
         if ub > top:
@@ -217,7 +209,9 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
     position ``nxt[i]`` of its first child not taken (+inf when it can have no more) and
     that child's rank ``nrk[i]``; a node never set up (its rank 0 is beyond ``top``)
     records instead the bound from ``top``, its parent's key and -1 - its own rank (its
-    key is hashed only if a continuation needs it). The records serve closed-form
+    key is hashed only if a continuation needs it), and one whose level proves its rank
+    0 above t before it is fully set up (:func:`closed_init`: a Zipf node's floor on its
+    normaliser) records that bound, its key and rank 0. The records serve closed-form
     families only (a lazy level lists just the ranks above its cut-off; a level that
     proves itself empty is never set up). Recording costs about 1 ns a node, less than
     the compile time a switch would (LLVM would compile the loop once per setting).
@@ -299,7 +293,17 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
                 continue
             ck = child_key(keys[d], rank)
             nkey[n - 1] = ck
-            if os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
+            if closed:
+                g = closed_init(kinds, cw, fpar, ipar, data, ck, d + 1, lf, li, sc, t)
+                if sc + g > t:          # its rank 0 is above t after all: a leaf
+                    nxt[n - 1] = sc + g
+                    nrk[n - 1] = 0
+                    if child_on == 1:
+                        fr = n - 1
+                        fu = unit(purpose_key(ck, PATH), 0)
+                        fc = 0.0
+                    continue
+            elif os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
                 continue                # the same: its level would be EMPTY
             d += 1
             own[d] = n - 1
@@ -309,9 +313,7 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
             if child_on == 1:
                 u_lev[d] = unit(purpose_key(ck, PATH), 0)
                 c_lev[d] = 0.0
-            if closed:
-                closed_init(kinds, cw, fpar, ipar, data, ck, d, lf, li)
-            else:
+            if not closed:
                 dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
         # the walk below one start is done: the next record with a child in reach
         if n_old < 0:
@@ -952,7 +954,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     prev = -1
     t_prev = 0.0
     cap = pos.shape[0]
-    top = _top_bound(kinds, fpar, ipar, data, closed, cap)
+    top = _top_bound(kinds, fpar, closed)
     visited = 0
     t_lo = -np.inf
     t_hi = np.inf
@@ -1103,7 +1105,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     cut = p_max if p_max < max_depth else max_depth
     closed = closed_form(kinds, cprog)
     cap = pos.shape[0]
-    top = _top_bound(kinds, fpar, ipar, data, closed, cap)
+    top = _top_bound(kinds, fpar, closed)
     mode = AIM_TIES if flags[0] == 1.0 else AIM_REPEAT
     passes = 0
     short = False

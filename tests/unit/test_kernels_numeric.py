@@ -7,6 +7,8 @@ import pytest
 from scipy import special, stats
 
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
+from brwsim import Zipf
+from brwsim.kernels import dist as K
 from brwsim.kernels.rng import gamma, mix, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
 
@@ -44,6 +46,32 @@ def test_zipf_norm_table():
     for s in np.linspace(0.8, 1.6, 37):
         got = spline_eval(table.ravel(), 0, table.shape[0], 0.8, inv_h, s)
         assert got == pytest.approx(np.log(zipf_sum(32000, s, 0)), abs=1e-12)
+
+
+@pytest.mark.parametrize("s, spread", [(1.5, 0.4), (1.1, 0.3), (0.7, 0.0)])
+def test_zipf_level_reads_the_spline_bits_and_floors_bound_it(s, spread):
+    """A Zipf level's log-normaliser, read with the table of interval starts, is
+    spline_eval's value bit for bit; each interval's floor is below the spline on it."""
+    spec = Zipf(s, 128000, spread=spread).spec()
+    lo, hi, inv_h = spec.fpar[0, :3]
+    off, n_int = int(spec.ipar[0, 0]), int(spec.ipar[0, 3])
+    coef = spec.data[off:off + 4 * n_int]
+    lf = np.zeros((2, K.LEVEL_F))
+    li = np.zeros((2, K.LEVEL_I), np.int64)
+    head = np.zeros((2, 1))
+    for i in range(4000):
+        K.dist_init(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
+                    np.uint64(mix(np.uint64(i))), 0, lf, li, head, -np.inf, K.ROOT_DRAW, 0)
+        assert lf[0, 1] == spline_eval(coef, 0, n_int, lo, inv_h, lf[0, 0])
+    floors = spec.data[off + 5 * n_int:off + 6 * n_int]
+    assert spec.fpar[0, 3] == floors.min()
+    if hi > lo:         # every interval, its ends and 9 points inside
+        x = (lo + (np.arange(n_int)[:, None] + np.linspace(0.0, 1.0, 11)) / inv_h).clip(lo, hi)
+        vals = np.array([[spline_eval(coef, 0, n_int, lo, inv_h, v) for v in row] for row in x])
+        assert np.all(floors[:, None] < vals)
+        assert np.all(vals - floors[:, None] < 4.0 * np.abs(coef[1::4]).max() / inv_h + 1e-8)
+    else:
+        assert floors[0] < coef[0] < floors[0] + 1e-8
 
 
 @pytest.mark.parametrize("alpha", [0.01, 0.05, 0.5, 3.0])

@@ -25,7 +25,7 @@ def _pass(spec, ws, key, t, p_stop):
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
      own, flags) = ws
     closed = closed_form(spec.kinds, spec.cprog)
-    top = T._top_bound(spec.kinds, spec.fpar, spec.ipar, spec.data, closed, pos.shape[0])
+    top = T._top_bound(spec.kinds, spec.fpar, closed)
     out = T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
                      key, -1, t, pos.shape[0], T.NO_DEPTH_CAP, pos, dep, onpath, nkey, nxt, nrk, own,
                      keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, p_stop, order)
