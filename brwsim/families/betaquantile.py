@@ -51,6 +51,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
+from brwsim.kernels.betaquantile import SIDE_HEADER
+
 __all__ = ["TOLERANCE", "MAX_INTERVALS", "SHAPE_RANGE", "side_table", "pair_block",
            "tree_block", "SIDE_HEADER", "PAIR_HEADER"]
 
@@ -65,8 +67,8 @@ _FIRST_INTERVALS = 64
 _GUESS_POINTS = 400
 _LOG_HALF = math.log(0.5)
 # layout, relative to a side's offset: (log(a B(a, b)), 1 / a, 1 / z_max, p, n_int, inv_h),
-# then 4 * n_int coefficients of g, then 4 * n_int of r
-SIDE_HEADER = 6
+# then 4 * n_int coefficients of g, 4 * n_int of r, and the n_int intervals' starts
+# (SIDE_HEADER: the header's length, defined with the kernel that reads it)
 # layout of a pair: (m0, offset of the lower side, offset of the upper side), offsets
 # relative to the block's start; -1 when the pair is not tabulated
 PAIR_HEADER = 3
@@ -285,9 +287,11 @@ def _build(pairs: list[tuple[float, float]]) -> list:
             n, e = t["level"], t["err"]
             if e <= TOLERANCE:
                 cg, cr = t["coef"][:, :, 0], t["coef"][:, :, 1]
-                head = np.array([log_ab[j], 1.0 / a[j], 1.0 / z_max[j], t["p"], float(n),
-                                 n / t["v_hi"]])
-                block = np.concatenate([head, cg.ravel(), cr.ravel()])
+                inv_h = n / t["v_hi"]
+                head = np.array([log_ab[j], 1.0 / a[j], 1.0 / z_max[j], t["p"], float(n), inv_h])
+                # each interval's start, as spline_eval computes it (0.0 + i / inv_h): the
+                # kernel reads it instead of dividing, for the same bits
+                block = np.concatenate([head, cg.ravel(), cr.ravel(), 0.0 + np.arange(n) / inv_h])
                 block.setflags(write=False)
                 res[ok[j]] = (block, float(e), n)
             # cubic splines converge as h**4: give up early when even MAX_INTERVALS would not do

@@ -4,7 +4,9 @@ One uniform u gives X ~ Beta(a, b) as the pair (log X, log(1 - X)), both accurat
 or 1 - X is tiny: u <= m0 = I_{1/2}(a, b) takes the lower-half table of (a, b) at level u,
 and u > m0 the lower-half table of (b, a) at level 1 - u (exact in floating point) for
 1 - X. A side computes z = (u a B(a, b))**(1 / a) in logs, then log x = log z + g(z) and
-log(1 - x) = -z r(z) from two cubic splines on a grid uniform in v = (1 - z / z_max)**(1/p).
+log(1 - x) = -z r(z) from two cubic splines on a grid uniform in v = (1 - z / z_max)**(1/p)
+(evaluated as :func:`brwsim.kernels.special.spline_eval`, with the intervals' starts read
+from the side's table instead of divided: the same bits).
 The splines' error is at most 1e-11 in log x (absolute) and in r (measured at every
 interval midpoint when the table is built); the rounding of log u adds about 1e-16 / a
 to log x, as for any inversion of a 53-bit uniform.
@@ -15,7 +17,11 @@ from __future__ import annotations
 import math
 
 from brwsim.kernels import inline_kernel
-from brwsim.kernels.special import spline_eval
+from brwsim.kernels.special import spline_index, spline_poly
+
+#: Length of a side's header; the side's layout is documented with its builder,
+#: :mod:`brwsim.families.betaquantile`.
+SIDE_HEADER = 6
 
 
 @inline_kernel
@@ -28,18 +34,29 @@ def _side_point(data, off, y):
 
 
 @inline_kernel
+def _side_cell(data, off, v):
+    """Where the side at ``data[off]`` evaluates its splines at v: the offsets of the g and
+    r coefficients of v's interval and v's offset in it. The interval's start is read from
+    the table after the coefficients, not divided: :func:`spline_eval`'s bits."""
+    n_int = int(data[off + 4])
+    i = spline_index(n_int, 0.0, data[off + 5], v)
+    j = off + SIDE_HEADER + 4 * i
+    return j, j + 4 * n_int, v - data[off + SIDE_HEADER + 8 * n_int + i]
+
+
+@inline_kernel
 def _side_log1m(data, off, z, v):
     """log(1 - x) = -z r(v) of the side at ``data[off]``."""
-    n_int = int(data[off + 4])
-    return -z * spline_eval(data, off + 6 + 4 * n_int, n_int, 0.0, data[off + 5], v)
+    _, jr, d = _side_cell(data, off, v)
+    return -z * spline_poly(data, jr, d)
 
 
 @inline_kernel
 def _lower_side(data, off, y):
     """(log x, log(1 - x)) of the lower-half quantile of the side at ``data[off]``, y = log u."""
     lz, z, v = _side_point(data, off, y)
-    g = spline_eval(data, off + 6, int(data[off + 4]), 0.0, data[off + 5], v)
-    return lz + g, _side_log1m(data, off, z, v)
+    jg, jr, d = _side_cell(data, off, v)
+    return lz + spline_poly(data, jg, d), -z * spline_poly(data, jr, d)
 
 
 @inline_kernel

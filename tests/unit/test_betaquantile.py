@@ -23,7 +23,8 @@ from brwsim.families.betaquantile import (
     side_table,
     tree_block,
 )
-from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
+from brwsim.kernels.betaquantile import SIDE_HEADER, _side_point, beta_log_heavy, beta_log_pair
+from brwsim.kernels.special import spline_eval
 
 PAIRS = [(0.05, 0.05), (0.05, 0.1), (1.25, 1.25), (5.0, 5.0), (4.0, 0.5), (0.5, 4.0),
          (40.0, 40.0), (1e-6, 2e-6)]
@@ -171,3 +172,31 @@ def test_the_heavier_part_alone_is_the_same_number(a, b):
     light = np.where(first, pair[:, 1], pair[:, 0])
     assert np.all(light <= math.log(0.5) + 1e-10)
     assert 0 < first.sum() < us.size
+
+
+@nb.njit(cache=False)
+def _draw_divided(data, us):
+    """beta_log_pair as it was computed before the tables held their intervals' starts:
+    spline_eval, which divides for each interval's start (the reference bits)."""
+    out = np.empty((us.size, 2))
+    for i in range(us.size):
+        u = us[i]
+        lower = u <= data[0]
+        off = int(data[1] if lower else data[2])
+        lz, z, v = _side_point(data, off, math.log(u) if lower else math.log(1.0 - u))
+        n_int = int(data[off + 4])
+        g = spline_eval(data, off + SIDE_HEADER, n_int, 0.0, data[off + 5], v)
+        r = spline_eval(data, off + SIDE_HEADER + 4 * n_int, n_int, 0.0, data[off + 5], v)
+        lx, l1x = lz + g, -z * r
+        out[i, 0], out[i, 1] = (lx, l1x) if lower else (l1x, lx)
+    return out
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_tabulated_interval_starts_give_spline_evals_bits(a, b):
+    """Reading each interval's start from the side's table (no division) gives the same
+    numbers as spline_eval, bit for bit, on both sides of the split and at the ends."""
+    data = _table(a, b)
+    us = np.concatenate([np.random.default_rng(6).random(20000), [1.0, 2.0**-53, 0.5,
+                                                                  data[0], np.nextafter(data[0], 1.0)]])
+    np.testing.assert_array_equal(_draw(data, us), _draw_divided(data, us))
