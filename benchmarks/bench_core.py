@@ -1,7 +1,9 @@
 """Tree nodes per second of the kernels: against two bare floors and the previous revision.
 
 Every figure is measured in this one process, on the same machine state, and is the best
-of three timings; the ratios are what to compare across machines.
+of three timings (after and before: of six half-length timings, taken in turn, so that a
+drift of the machine's speed slows both alike); the ratios are what to compare across
+machines.
 
 * *after*: this worktree's kernels (:func:`brwsim.engine.run_iterations`), P nodes per tree.
 * *before*: the same call into the kernels of a reference revision (``--before``, default
@@ -61,20 +63,43 @@ CASES = [  # family, P, python baseline P cap
 ]
 
 
-def kernel_rate(engine, fam, p: int, seconds: float, repeats: int = 3) -> float:
-    """Tree nodes (P per tree) per second of ``engine.run_iterations``: best of ``repeats``."""
-    spec, budgets, key = fam.spec(), engine.validate_budgets([p]), engine.seed_key(0)
-    t = engine.run_iterations(spec, budgets, key, 0, 1)[-1]
-    count = max(1, int(2e5 // p))
-    best, first = 0.0, 1
-    for _ in range(repeats):
+class _Timer:
+    """Timings of one engine's kernel on one family and P: P nodes per tree, trees in
+    batches of about 2e5 nodes, each iteration new (first warmed up, so not compiled)."""
+
+    def __init__(self, engine, fam, p: int) -> None:
+        self.engine, self.p = engine, p
+        self.spec, self.budgets, self.key = fam.spec(), engine.validate_budgets([p]), engine.seed_key(0)
+        self.t = engine.run_iterations(self.spec, self.budgets, self.key, 0, 1)[-1]
+        self.count = max(1, int(2e5 // p))
+        self.first = 1
+
+    def rate(self, seconds: float) -> float:
+        """Tree nodes per second over one timing of about ``seconds``."""
         trees, t0 = 0, time.perf_counter()
         while trees == 0 or time.perf_counter() - t0 < seconds:
-            t = engine.run_iterations(spec, budgets, key, first, count, t)[-1]
-            first += count
-            trees += count
-        best = max(best, trees * p / (time.perf_counter() - t0))
+            self.t = self.engine.run_iterations(self.spec, self.budgets, self.key, self.first,
+                                                self.count, self.t)[-1]
+            self.first += self.count
+            trees += self.count
+        return trees * self.p / (time.perf_counter() - t0)
+
+
+def kernel_rates(engines, fams, p: int, seconds: float, repeats: int = 3) -> list[float]:
+    """Best tree-node rate of each engine's kernel (with its own family object) over
+    ``repeats`` rounds, the engines timed in turn within each round: a machine whose speed
+    drifts (this shared one does, by 10-20% over seconds) then slows every engine alike."""
+    timers = [_Timer(e, f, p) for e, f in zip(engines, fams)]
+    best = [0.0] * len(timers)
+    for _ in range(repeats):
+        for i, tm in enumerate(timers):
+            best[i] = max(best[i], tm.rate(seconds))
     return best
+
+
+def kernel_rate(engine, fam, p: int, seconds: float, repeats: int = 3) -> float:
+    """Tree nodes (P per tree) per second of ``engine.run_iterations``: best of ``repeats``."""
+    return kernel_rates([engine], [fam], p, seconds, repeats)[0]
 
 
 def brwsim_rate(fam, p: int, seconds: float) -> float:
@@ -159,8 +184,8 @@ def main() -> None:
         return
     from brwsim import engine
     ref = Reference(args.before)
-    print(f"before = {args.before} ({ref.root.name[:10]}); best of 3, "
-          f"{sec:g} s each; ratios in this process")
+    print(f"before = {args.before} ({ref.root.name[:10]}); after and before: best of 6 "
+          f"alternating timings of {sec / 2:g} s; floors: best of 3 of {sec:g} s; ratios in this process")
     print(f"{'family':40.40s} {'P':>6s} {'after/s':>9s} {'before/s':>9s} {'a/b':>6s} "
           f"{'heap/s':>9s} {'a/heap':>7s} {'b/heap':>7s} {'thr/s':>9s} {'a/thr':>6s}"
           + (f" {'python P':>8s} {'python/s':>9s}" if args.python else ""))
@@ -169,8 +194,9 @@ def main() -> None:
         if p not in floor_cache:
             floor_cache[p] = (floors.heap_rate(p, sec), floors.threshold_rate(p, sec))
         heap, thr = floor_cache[p]
-        after = kernel_rate(engine, parse_family(text), p, sec)
-        before = kernel_rate(ref.engine, ref.brwsim.parse_family(text), p, sec)
+        after, before = kernel_rates([engine, ref.engine],
+                                     [parse_family(text), ref.brwsim.parse_family(text)], p,
+                                     sec / 2, repeats=6)
         line = (f"{text:40.40s} {p:6d} {after:9.3g} {before:9.3g} {after / before:5.2f}x "
                 f"{heap:9.3g} {after / heap:6.2f}x {before / heap:6.2f}x {thr:9.3g} "
                 f"{after / thr:5.3f}")

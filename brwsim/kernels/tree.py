@@ -293,6 +293,8 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
                 continue
             ck = child_key(keys[d], rank)
             nkey[n - 1] = ck
+            if os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
+                continue                # the same: its level would be EMPTY
             if closed:
                 g = closed_init(kinds, cw, fpar, ipar, data, ck, d + 1, lf, li, sc, t)
                 if sc + g > t:          # its rank 0 is above t after all: a leaf
@@ -303,8 +305,6 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
                         fu = unit(purpose_key(ck, PATH), 0)
                         fc = 0.0
                     continue
-            elif os_iid and orderstat_child_empty(data, fpar, ipar, ck, sc - t):
-                continue                # the same: its level would be EMPTY
             d += 1
             own[d] = n - 1
             keys[d] = ck
