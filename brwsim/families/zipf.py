@@ -56,7 +56,7 @@ class Zipf(Family):
         n_int = table.shape[0]
         inv_h = n_int / (hi - lo) if hi > lo else 1.0
         # the kernel reads each interval's start and floor instead of dividing
-        # (brwsim.kernels.dist._zipf_log_norm): [coefficients | starts | floors]
+        # (brwsim.kernels.dist._closed_init): [coefficients | starts | floors]
         starts, floors = spline_starts_floors(table, lo, inv_h)
         data = np.concatenate([table.ravel(), starts, floors])
         return [Component(K.ZIPF, [lo, hi, inv_h, float(floors.min())], [self.vocab, n_int],
