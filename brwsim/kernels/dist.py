@@ -545,9 +545,15 @@ def _log_beta_split(a, b, gk):
 
 
 @inline_kernel
+def _group_key(dk, g):
+    """The stream of group ``g``'s split (``dk``: the node's distribution key)."""
+    return mix(dk + np.uint64(g) * _GROUP_KEY)
+
+
+@inline_kernel
 def _group_unit(dk, g):
-    """The uniform of group ``g``'s split: the first of its stream ``mix(dk + g key)``."""
-    return unit(mix(dk + np.uint64(g) * _GROUP_KEY), 0)
+    """The uniform of group ``g``'s split: the first of its stream (:func:`_group_key`)."""
+    return unit(_group_key(dk, g), 0)
 
 
 @inline_kernel
@@ -636,8 +642,7 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
         if tabulated:
             lb1, lb2 = beta_log_pair(data, base, pair, u)
         else:
-            lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha,
-                                       mix(dk + np.uint64(g) * _GROUP_KEY))
+            lb1, lb2 = _log_beta_split(m1 * alpha, (m - m1) * alpha, _group_key(dk, g))
         l1 = lm + lb1
         l2 = lm + lb2
         # push the lighter half first, so that the heavier one is walked first

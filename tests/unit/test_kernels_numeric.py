@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
 from brwsim import Zipf
+from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.rng import gamma, mix, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
