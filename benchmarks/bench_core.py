@@ -49,7 +49,12 @@ from before import Reference  # noqa: E402
 from brwsim import Dirichlet, Zipf, parse_family  # noqa: E402
 from brwsim.families import DEFAULT_FAMILY  # noqa: E402
 from brwsim.reference import best_first, sampling_provider  # noqa: E402
-from brwsim.simulate import run_forest, run_iterations, seed_key, validate_budgets  # noqa: E402
+from brwsim.simulate import _CHUNK, run_forest, run_iterations, seed_key, validate_budgets  # noqa: E402
+
+#: Trees per kernel call in :func:`brwsim.simulate` (its chunk).
+ENGINE_CHUNK = _CHUNK
+#: Most nodes per timed call (so that one call of a large P stays within a timing).
+CALL_NODES = 1e6
 
 CASES = [  # family, P, python baseline P cap
     ("dirichlet(alpha=0.05, vocab=200)", 64, 64),
@@ -63,15 +68,31 @@ CASES = [  # family, P, python baseline P cap
 ]
 
 
+def calls_of(p: int) -> int:
+    """Trees per kernel call at budget P: as many as :func:`brwsim.simulate` puts in one
+    call (its chunk), at most about ``CALL_NODES`` nodes.
+
+    Every call has a cost of its own (its buffers are allocated afresh; the nodes visited
+    per tree do not change with the call's size), which shows at large P: zipf(1.5,
+    128000, 0.4) at P = 65536 ran 2.02e7 nodes/s in calls of 3 trees (the 2e5 nodes per
+    call this benchmark timed until issue 23's sixth round), 2.19e7 in calls of 30 and
+    2.34e7 in calls of 256 (one process, best of 4 x 0.5 s; Dirichlet-200: no difference).
+    A run makes calls of 256 trees; timing much smaller calls would charge the kernel a
+    cost that runs do not pay. At P = 65536 the cap gives calls of 15 trees.
+    """
+    return min(ENGINE_CHUNK, max(1, int(CALL_NODES // p)))
+
+
 class _Timer:
-    """Timings of one engine's kernel on one family and P: P nodes per tree, trees in
-    batches of about 2e5 nodes, each iteration new (first warmed up, so not compiled)."""
+    """Timings of one engine's kernel on one family and P: P nodes per tree, each iteration
+    new (first warmed up, so not compiled), trees in calls of the size a run makes
+    (:func:`calls_of`)."""
 
     def __init__(self, engine, fam, p: int) -> None:
         self.engine, self.p = engine, p
         self.spec, self.budgets, self.key = fam.spec(), engine.validate_budgets([p]), engine.seed_key(0)
         self.t = engine.run_iterations(self.spec, self.budgets, self.key, 0, 1)[-1]
-        self.count = max(1, int(2e5 // p))
+        self.count = calls_of(p)
         self.first = 1
 
     def rate(self, seconds: float) -> float:
