@@ -7,8 +7,8 @@ code, one line per function: start, size, name) naming each of brwsim's compiled
 functions as ``module.function``, then runs one family's kernel at one budget in a loop
 while ``perf record`` samples this process, and prints ``perf report``'s top symbols.
 Sizes are the gaps between consecutive functions, so a sample in padding counts for the
-function before it. Without ``perf`` on the PATH it writes the map and says how to
-profile by hand.
+function before it (the map and the samples are removed after the report). Without
+``perf`` on the PATH it writes the map, keeps it, and says how to profile by hand.
 
 Usage::
 
@@ -30,6 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _SEGMENT = re.compile(r"(\d+)")
 
@@ -102,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cache = tempfile.mkdtemp(prefix="brwsim-perf-cache-")
     os.environ["NUMBA_CACHE_DIR"] = cache       # before numba is imported: compile here
+    from bench_core import calls_of     # (imports brwsim: after the cache is set)
+
     from brwsim import engine, parse_family
 
     spec = parse_family(args.family).spec()
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     write_map(symbols, map_path)
     print(f"{len(symbols)} compiled functions named in {map_path}")
     perf = shutil.which("perf")
-    data = tempfile.mktemp(prefix="brwsim-perf-", suffix=".data")
+    data = os.path.join(cache, "perf.data")
     rec = None
     if perf:
         rec = subprocess.Popen([perf, "record", "-F", "4000", "-p", str(os.getpid()), "-o", data,
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     else:
         print(f"perf is not on the PATH: run `perf record -p {os.getpid()}` by hand now")
-    count = max(1, min(256, int(1e6 // args.budget)))
+    count = calls_of(args.budget)
     first, nodes, t0 = 1, 0, time.perf_counter()
     while time.perf_counter() - t0 < args.seconds + 1.0:
         t = engine.run_iterations(spec, budgets, key, first, count, t)[-1]
@@ -129,19 +134,22 @@ def main(argv: list[str] | None = None) -> int:
         nodes += count * args.budget
     print(f"{args.family} at P = {args.budget}: {nodes / (time.perf_counter() - t0):.3g} tree "
           "nodes/s while sampled")
-    shutil.rmtree(cache, ignore_errors=True)
-    if rec is None:
+    try:
+        if rec is None:
+            return 0
+        if rec.wait() != 0:
+            print("perf record failed (perf_event_paranoid?)", file=sys.stderr)
+            return 1
+        rep = subprocess.run([perf, "report", "-i", data, "--no-children", "--sort", "symbol",
+                              "--stdio"], capture_output=True, text=True)
+        rows = [ln for ln in rep.stdout.splitlines() if "%" in ln and not ln.startswith("#")]
+        for ln in rows[:args.top]:
+            print(re.sub(r"\s+-\s+-\s*$", "", ln.replace("[.] ", ""))[:110])
         return 0
-    if rec.wait() != 0:
-        print("perf record failed (perf_event_paranoid?)", file=sys.stderr)
-        return 1
-    rep = subprocess.run([perf, "report", "-i", data, "--no-children", "--sort", "symbol",
-                          "--stdio"], capture_output=True, text=True)
-    rows = [ln for ln in rep.stdout.splitlines() if "%" in ln and not ln.startswith("#")]
-    for ln in rows[:args.top]:
-        print(re.sub(r"\s+-\s+-\s*$", "", ln.replace("[.] ", ""))[:110])
-    os.unlink(data)
-    return 0
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        if rec is not None:
+            os.unlink(map_path)
 
 
 if __name__ == "__main__":
