@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.gitcommit import code_commit
 from brwsim.lazy import xarray as xr
 from brwsim.validate import check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
@@ -30,32 +30,6 @@ from brwsim.version import __version__
 __all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "write_error", "open_dataset"]
 
 CONVENTIONS = "CF-1.10"
-
-
-#: What the ``-dirty`` mark of :func:`_git_commit` looks at: the code, not data or notebooks.
-_CODE_PATHS = ("brwsim", "experiments", "pyproject.toml")
-
-
-def _git_commit() -> str:
-    """Commit of the brwsim checkout (``-dirty`` appended when tracked code is modified),
-    or "" when not run from a git work tree."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=False,
-        )
-        if out.returncode != 0:
-            return ""
-        status = subprocess.run(
-            ["git", "-C", str(here.parent), "status", "--porcelain", "--untracked-files=no", "--",
-             *_CODE_PATHS],
-            capture_output=True, text=True, timeout=5, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    dirty = status.returncode == 0 and status.stdout.strip() != ""
-    return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -105,7 +79,7 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
         "numba_version": numba.__version__,
         "xarray_version": xr.__version__,
         "python_version": platform.python_version(),
-        "git_commit": _git_commit(),
+        "git_commit": code_commit(),
         "date_created": now,
     }
 
