@@ -19,10 +19,11 @@ before brwsim's dependencies are installed.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from pathlib import Path
 
-__all__ = ["BUILD_FILE", "CODE_PATHS", "checkout_commit", "code_commit"]
+__all__ = ["BUILD_FILE", "CODE_PATHS", "checkout_commit", "code_commit", "running_commit"]
 
 #: The file of a built package holding the commit it was built from.
 BUILD_FILE = "BUILD_COMMIT"
@@ -90,3 +91,18 @@ def code_commit(package: Path | None = None) -> str:
         return (package / BUILD_FILE).read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
         return ""
+
+
+@functools.cache
+def running_commit() -> str:
+    """:func:`code_commit` of the brwsim package that runs, asked once per process.
+
+    The code a process runs is the code it imported, so the answer is kept: a checkout
+    edited later in the process's life does not change it (and git is not called again
+    for every file written or every sweep task).
+
+    Returns
+    -------
+    str
+    """
+    return code_commit()

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.gitcommit import code_commit
+from brwsim.gitcommit import running_commit
 from brwsim.lazy import xarray as xr
 from brwsim.validate import check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
@@ -79,7 +79,7 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
         "numba_version": numba.__version__,
         "xarray_version": xr.__version__,
         "python_version": platform.python_version(),
-        "git_commit": code_commit(),
+        "git_commit": running_commit(),
         "date_created": now,
     }
 

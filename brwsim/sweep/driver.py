@@ -6,7 +6,10 @@ sweep out), keeps every usable shard of an earlier run, runs the missing tasks t
 ``joblib.Parallel`` and merges the shards into ``DIR/results.nc``, streaming one shard at
 a time. Randomness is a function of (point key, global iteration index), so the merged
 data are bit-identical whatever the worker count or backend, and after a crash the same
-call finishes only the missing tasks.
+call finishes only the missing tasks. That holds for one code: every shard records the
+commit that wrote it, ``results.nc`` counts the shards per code (attribute ``shard_code``),
+and a merge of shards written by another code than the merging one (a sweep resumed after
+an upgrade, a cluster whose workers run another install) warns (:class:`MixedCodeWarning`).
 
 Layout of ``results.nc`` (one netCDF group per ``[[sweep.family]]`` block, named by its
 label): dims ``<swept parameters...>, budget[, iteration], accepted_value``; see
@@ -18,17 +21,24 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from brwsim.sweep.claim import claim, exclusive, remove_temporaries, undo_claim
 from brwsim.sweep.config import load_config
-from brwsim.sweep.execute import check_options, execute, plan_tasks
+from brwsim.sweep.execute import check_options, execute, plan_tasks, shard_codes
 from brwsim.sweep.merge import merge
+from brwsim.sweep.shards import running_code
 from brwsim.validate import check_output_dir
 
-__all__ = ["sweep", "SweepReport"]
+__all__ = ["sweep", "SweepReport", "MixedCodeWarning"]
+
+
+class MixedCodeWarning(UserWarning):
+    """The merged shards were not all written by the code that merged them: the data are
+    a mix of versions (each shard valid for its own), not one version's bit-identical run."""
 
 @dataclass(frozen=True)
 class SweepReport:
@@ -50,6 +60,10 @@ class SweepReport:
         Optimal-tree nodes (iterations * max budget) simulated by this call.
     seconds : float
         Wall time of this call.
+    codes : dict of str to int
+        Shards per code that wrote them (a git commit, else ``brwsim <version>``, else
+        ``unknown`` for shards of a brwsim older than this record), most first; also the
+        ``shard_code`` attribute of ``results.nc``.
     """
 
     path: Path
@@ -59,6 +73,7 @@ class SweepReport:
     discarded: int
     tree_nodes: int
     seconds: float
+    codes: dict[str, int]
 
 
 def sweep(config: Any, out_dir: str | os.PathLike[str], jobs: int | None = None,
@@ -99,6 +114,13 @@ def sweep(config: Any, out_dir: str | os.PathLike[str], jobs: int | None = None,
     brwsim.errors.UserError
         For an invalid configuration (before any work), a folder holding another
         configuration, a folder in use, or a missing or unreachable Dask.
+
+    Warns
+    -----
+    MixedCodeWarning
+        When some merged shards were written by another code than this process's (an
+        earlier run of another commit, workers of another install): the message names
+        each code with its number of shards. The data are merged all the same.
     """
     start = time.perf_counter()
     cfg = load_config(config)
@@ -117,5 +139,12 @@ def sweep(config: Any, out_dir: str | os.PathLike[str], jobs: int | None = None,
         except BaseException:
             undo_claim(out, state)
             raise
+    codes = shard_codes(infos)
+    mine = running_code()
+    if set(codes) != {mine}:
+        counts = ", ".join(f"{code} ({n} shards)" for code, n in codes.items())
+        warnings.warn(f"{path} merges shards written by other code than this run's ({mine}): "
+                      f"{counts}; each shard is valid for its own code, but the data are not "
+                      "one version's run", MixedCodeWarning, stacklevel=2)
     return SweepReport(path, n_total, len(tasks), n_total - len(tasks), discarded, nodes,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, codes)

@@ -28,11 +28,12 @@ from brwsim.sweep.shards import (
     TheoryTask,
     read_shard,
     run_task,
+    shard_code,
     shard_name,
 )
 from brwsim.validate import echo
 
-__all__ = ["Task", "ShardInfo", "plan_tasks", "execute", "check_options", "load_shard", "BACKENDS"]
+__all__ = ["Task", "ShardInfo", "shard_codes", "plan_tasks", "execute", "check_options", "load_shard", "BACKENDS"]
 
 BACKENDS = ("loky", "dask")
 
@@ -41,8 +42,20 @@ Task = ChunkTask | TheoryTask
 
 @dataclass(frozen=True)
 class ShardInfo:
+    """What the merge needs of a finished shard: its largest X, the nodes its passes
+    visited, and the code that wrote it (:func:`brwsim.sweep.shards.shard_code`)."""
+
     x_max: int
     visited: int
+    code: str
+
+
+def shard_codes(infos: dict[tuple[int, int], ShardInfo]) -> dict[str, int]:
+    """How many of the shards each code wrote (:attr:`ShardInfo.code`), most first."""
+    counts: dict[str, int] = {}
+    for info in infos.values():
+        counts[info.code] = counts.get(info.code, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 #: A dask scheduler address: [scheme://]host[:port] (host a name, an IPv4 or a [IPv6]).
@@ -115,7 +128,8 @@ def _usable(out: Path, cfg: SweepConfig, task: Task, raw: bool) -> ShardInfo | N
     ds = load_shard(out, cfg, task.point, task.chunk, raw)
     if ds is None:
         return None
-    return ShardInfo(int(ds.attrs.get("x_max", -1)), int(ds.attrs.get("nodes_visited", 0)))
+    return ShardInfo(int(ds.attrs.get("x_max", -1)), int(ds.attrs.get("nodes_visited", 0)),
+                     shard_code(ds.attrs))
 
 
 def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Path,
@@ -137,7 +151,7 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
             delayed(run_task)(t) for t in tasks)
         for res in results:
             _check_written(out, res)
-            infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited)
+            infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited, res.code)
             nodes += res.tree_nodes
             rate = nodes / max(time.perf_counter() - start, 1e-9)
             bar.set_postfix_str(f"{rate:.3g} tree nodes/s", refresh=False)

@@ -18,7 +18,7 @@ from brwsim.plan import best_budget, speedup_from_sums
 from brwsim.schema import VARIABLES
 from brwsim.sweep.claim import RESULTS
 from brwsim.sweep.config import Block, SweepConfig
-from brwsim.sweep.execute import ShardInfo, load_shard
+from brwsim.sweep.execute import ShardInfo, load_shard, shard_codes
 from brwsim.sweep.shards import (
     PRODUCT_SUMS,
     RAW_VARS,
@@ -73,6 +73,7 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
                     attrs["cost_family"] = ("each point's speedup assumes that point's family "
                                             "(family_string), not a measured workload")
                 attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
+                attrs["shard_code"] = json.dumps(shard_codes(infos), sort_keys=True)
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
                     _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()

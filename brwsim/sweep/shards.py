@@ -4,9 +4,10 @@ A task is keyed by ``(point, chunk)``: a chunk of iterations of one parameter po
 (:class:`ChunkTask`), or the point's theory (:class:`TheoryTask`: moments, the paper's
 bound, the renewal prediction; chunk ``-1``). A worker runs the task and writes one shard,
 ``shards/p<point>_c<chunk>.nc`` or ``shards/p<point>_theory.nc``, atomically through
-:func:`brwsim.io.write_netcdf_atomic`. Shards carry the configuration hash, their key and
-their shape in attributes, Fletcher-32 checksums on every array variable and a SHA-256
-(attribute ``checksum_sha256``) of every variable's values (scalars such as ``mu``, and the
+:func:`brwsim.io.write_netcdf_atomic`. Shards carry the configuration hash, their key, their
+shape and the code that wrote them (``git_commit``, ``brwsim_version``: :func:`shard_code`)
+in attributes, Fletcher-32 checksums on every array variable and a SHA-256 (attribute
+``checksum_sha256``) of every variable's values (scalars such as ``mu``, and the
 arrays' bytes: an element edited through netCDF, which recomputes the Fletcher-32, is
 caught), every coordinate and every other attribute (``nodes_visited``, ``x_max``, ...),
 so :func:`read_shard` can tell a complete shard of this sweep from a corrupt, partial,
@@ -31,13 +32,16 @@ import numpy as np
 
 from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
+from brwsim.gitcommit import running_commit
 from brwsim.io import write_netcdf_atomic
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
+from brwsim.version import __version__
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
-           "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
+           "shard_code", "running_code", "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS",
+           "THEORY_VARS"]
 
 SHARD_FORMAT = 3      # 3: the SHA-256 covers the arrays too
 THEORY_CHUNK = -1
@@ -179,6 +183,8 @@ class TaskResult:
         Optimal-tree nodes simulated: ``count * max(budgets)``.
     seconds : float
         Wall time of the task in its worker.
+    code : str
+        The code that ran it (:func:`running_code` in the worker).
     """
 
     point: int
@@ -187,6 +193,7 @@ class TaskResult:
     visited: int
     tree_nodes: int
     seconds: float
+    code: str
 
 
 def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
@@ -194,7 +201,8 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     start = time.perf_counter()
     if isinstance(task, TheoryTask):
         write_netcdf_atomic(_theory_dataset(task), task.path)
-        return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start)
+        return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
+                          running_code())
     if task.batch > 1:
         acc, exp, dep, acc_s, exp_s, visited, extra, _ = run_forest(
             task.spec, task.budgets, np.uint64(task.key), task.first, task.count, task.batch)
@@ -210,12 +218,39 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     ds = _chunk_dataset(task, acc, exp, dep, visited, acc_s, exp_s)
     write_netcdf_atomic(ds, task.path)
     return TaskResult(task.point, task.chunk, int(acc.max()), visited,
-                      task.count * int(task.budgets[-1]), time.perf_counter() - start)
+                      task.count * int(task.budgets[-1]), time.perf_counter() - start,
+                      running_code())
 
 
 def _shard_attrs(task: ChunkTask | TheoryTask, **extra: Any) -> dict[str, Any]:
     return {"brwsim_shard_format": SHARD_FORMAT, "config_hash": task.config_hash,
-            "point": task.point, "chunk": task.chunk, **extra}
+            "point": task.point, "chunk": task.chunk, "git_commit": running_commit(),
+            "brwsim_version": __version__, **extra}
+
+
+def shard_code(attrs: dict[str, Any]) -> str:
+    """Which code wrote a shard, from its attributes: its ``git_commit``, else
+    ``brwsim <version>`` (a wheel built from an sdist), else ``unknown`` (a shard of a
+    brwsim older than these attributes).
+
+    Parameters
+    ----------
+    attrs : dict
+        The shard's global attributes.
+
+    Returns
+    -------
+    str
+    """
+    commit, version = _attr(attrs, "git_commit"), _attr(attrs, "brwsim_version")
+    if commit:
+        return str(commit)
+    return f"brwsim {version}" if version else "unknown"
+
+
+def running_code() -> str:
+    """:func:`shard_code` of the shards this process writes."""
+    return shard_code({"git_commit": running_commit(), "brwsim_version": __version__})
 
 
 def _fsum_rows(a: np.ndarray) -> np.ndarray:

@@ -20,11 +20,14 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from brwsim import gitcommit
 from brwsim.cli import main
 from brwsim.sweep.config import load_config
 from brwsim.errors import UserError
 from brwsim.simulate import run_iterations
-from brwsim.sweep import sweep
+from brwsim.sweep import MixedCodeWarning, sweep
+from brwsim.sweep import shards as shards_module
+from brwsim.sweep.shards import running_code, shard_code
 
 CONFIG = """
 [sweep]
@@ -185,6 +188,40 @@ def test_corrupt_partial_and_foreign_shards_are_redone(reference, config, tmp_pa
     assert_same_data(reference / "results.nc", rep.path)
     rep = sweep(config, out)
     assert (rep.run, rep.reused) == (0, N_TASKS)
+
+
+def test_shards_record_their_code(reference):
+    with xr.open_dataset(next((reference / "shards").glob("p*_c*.nc"))) as shard:
+        assert shard_code(shard.attrs) == running_code()
+    with xr.open_dataset(reference / "results.nc") as ds:
+        assert json.loads(ds.attrs["shard_code"]) == {running_code(): N_TASKS}
+    assert shard_code({"git_commit": "", "brwsim_version": "0.1.0"}) == "brwsim 0.1.0"
+    assert shard_code({}) == "unknown"         # a shard of a brwsim older than the record
+
+
+def test_a_merge_of_other_code_s_shards_warns(reference, config, tmp_path, monkeypatch, capsys):
+    """A sweep resumed by another code (here a patched commit): the data are merged, the
+    merge counts each code's shards in ``shard_code`` and the CLI says so on one line."""
+    out = tmp_path / "mixed"
+    shutil.copytree(reference, out)
+    for shard in sorted((out / "shards").glob("p*_c*.nc"))[:10]:
+        shard.unlink()
+    monkeypatch.setattr(shards_module, "running_commit", lambda: "0123abcd")
+    assert running_code() == "0123abcd"
+    assert main(["sweep", str(config), "--out", str(out), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "10 run, 74 reused" in captured.out
+    old = shard_code({"git_commit": gitcommit.running_commit()})
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("brwsim: warning: ")
+    assert f"{old} (74 shards), 0123abcd (10 shards)" in lines[0]
+    a, b = _groups(reference / "results.nc"), _groups(out / "results.nc")
+    assert json.loads(b["/"].attrs.pop("shard_code")) == {old: 74, "0123abcd": 10}
+    a["/"].attrs.pop("shard_code")
+    for name in a:                              # the data themselves are the same
+        xr.testing.assert_identical(a[name], b[name])
+    with pytest.warns(MixedCodeWarning, match="0123abcd"):     # the Python API warns too
+        sweep(config, out)
 
 
 def test_changed_config_and_busy_folder_are_refused(reference, config, tmp_path):
