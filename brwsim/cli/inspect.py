@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,9 +157,15 @@ def _point_table(pt: xr.Dataset) -> str:
     return format_table(rows, header)
 
 
+def _short_commit(code: str) -> str:
+    """A full commit hash cut to 12 digits, its ``-dirty`` mark kept; anything else as is."""
+    head, dirty = (code[:-6], "-dirty") if code.endswith("-dirty") else (code, "")
+    return head[:12] + dirty if re.fullmatch(r"[0-9a-f]{40}", head) else code
+
+
 def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
     git = attrs.get("git_commit") or "unknown"
-    source = (f"  source: {attrs.get('source', '?')} (git {git[:12]}), created "
+    source = (f"  source: {attrs.get('source', '?')} (git {_short_commit(git)}), created "
               f"{attrs.get('date_created', '?')}, seed {attrs.get('seed_entropy', '?')}")
     lines = [f"{path}: {attrs.get('title', '(no title)')}", source]
     if "config_hash" in attrs:
@@ -166,6 +174,12 @@ def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
     lines.append(f"  python {attrs.get('python_version', '?')}, numpy {attrs.get('numpy_version', '?')}, "
                  f"numba {attrs.get('numba_version', '?')}; {attrs.get('log_base', 'natural logarithms')}")
     lines.append(f"  history: {attrs.get('history', '')}")
+    codes = json.loads(attrs["shard_code"]) if "shard_code" in attrs else {}
+    if len(codes) > 1 or (codes and next(iter(codes)) != git):     # a sweep of mixed code
+        most = sorted(codes.items(), key=lambda item: (-item[1], item[0]))
+        lines.append("  shards by the code that wrote them: "
+                     + ", ".join(f"{_short_commit(c)} ({n})" for c, n in most)
+                     + "; not one version's run")
     if "cost_family" in attrs:            # a sweep with [sweep.cost]
         lines.append(f"  cost: {attrs.get('cost', '?')}; {attrs['cost_family']}")
     lines.extend(_input_lines(attrs))

@@ -22,6 +22,7 @@ import xarray as xr
 
 from brwsim import gitcommit
 from brwsim.cli import main
+from brwsim.cli.inspect import _short_commit
 from brwsim.sweep.config import load_config
 from brwsim.errors import UserError
 from brwsim.simulate import run_iterations
@@ -222,6 +223,11 @@ def test_a_merge_of_other_code_s_shards_warns(reference, config, tmp_path, monke
         xr.testing.assert_identical(a[name], b[name])
     with pytest.warns(MixedCodeWarning, match="0123abcd"):     # the Python API warns too
         sweep(config, out)
+    assert main(["inspect", str(out / "results.nc")]) == 0
+    assert (f"shards by the code that wrote them: {_short_commit(old)} (74), 0123abcd (10); not one "
+            "version's run") in capsys.readouterr().out
+    assert main(["inspect", str(reference / "results.nc")]) == 0
+    assert "shards by the code" not in capsys.readouterr().out
 
 
 def test_changed_config_and_busy_folder_are_refused(reference, config, tmp_path):

@@ -84,3 +84,13 @@ def test_the_running_package():
     else:
         record = package / BUILD_FILE
         assert commit == (record.read_text().strip() if record.exists() else "")
+
+
+def test_inspect_shortens_commits_but_keeps_the_dirty_mark():
+    from brwsim.cli.inspect import _short_commit
+
+    full = "a95ae072cfffaa44dd67e279d4423ac274d8b884"
+    assert _short_commit(full) == "a95ae072cfff"
+    assert _short_commit(full + "-dirty") == "a95ae072cfff-dirty"
+    assert _short_commit("brwsim 0.1.0") == "brwsim 0.1.0"
+    assert _short_commit("unknown") == "unknown"
