@@ -176,9 +176,8 @@ def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
     lines.append(f"  history: {attrs.get('history', '')}")
     codes = json.loads(attrs["shard_code"]) if "shard_code" in attrs else {}
     if len(codes) > 1 or (codes and next(iter(codes)) != git):     # a sweep of mixed code
-        most = sorted(codes.items(), key=lambda item: (-item[1], item[0]))
-        lines.append("  shards by the code that wrote them: "
-                     + ", ".join(f"{_short_commit(c)} ({n})" for c, n in most)
+        lines.append("  shards by the code that wrote them: "       # (most shards first)
+                     + ", ".join(f"{_short_commit(c)} ({n})" for c, n in codes.items())
                      + "; not one version's run")
     if "cost_family" in attrs:            # a sweep with [sweep.cost]
         lines.append(f"  cost: {attrs.get('cost', '?')}; {attrs['cost_family']}")

@@ -33,7 +33,8 @@ from brwsim.sweep.shards import (
 )
 from brwsim.validate import echo
 
-__all__ = ["Task", "ShardInfo", "shard_codes", "plan_tasks", "execute", "check_options", "load_shard", "BACKENDS"]
+__all__ = ["Task", "ShardInfo", "shard_codes", "plan_tasks", "execute", "check_options", "load_shard",
+           "BACKENDS"]
 
 BACKENDS = ("loky", "dask")
 

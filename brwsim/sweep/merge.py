@@ -73,7 +73,7 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
                     attrs["cost_family"] = ("each point's speedup assumes that point's family "
                                             "(family_string), not a measured workload")
                 attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
-                attrs["shard_code"] = json.dumps(shard_codes(infos), sort_keys=True)
+                attrs["shard_code"] = json.dumps(shard_codes(infos))   # most shards first
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
                     _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
