@@ -27,7 +27,8 @@ from brwsim.lazy import xarray as xr
 from brwsim.validate import check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
 
-__all__ = ["provenance_attrs", "atomic_path", "write_netcdf_atomic", "write_error", "open_dataset"]
+__all__ = ["provenance_attrs", "code_attrs", "atomic_path", "write_netcdf_atomic", "write_error",
+           "open_dataset"]
 
 CONVENTIONS = "CF-1.10"
 
@@ -41,6 +42,18 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def code_attrs() -> dict[str, str]:
+    """The attributes naming the brwsim code that runs: ``brwsim_version`` and
+    ``git_commit`` (:func:`brwsim.gitcommit.running_commit`), as every file and every sweep
+    shard records them.
+
+    Returns
+    -------
+    dict of str to str
+    """
+    return {"brwsim_version": __version__, "git_commit": running_commit()}
 
 
 def provenance_attrs(title: str, config: dict[str, Any], seed: int,
@@ -74,12 +87,11 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
         "config_json": json.dumps(config, sort_keys=True),
         "seed_entropy": str(int(seed)),
         "log_base": "natural logarithms (nats) everywhere",
-        "brwsim_version": __version__,
+        **code_attrs(),
         "numpy_version": np.__version__,
         "numba_version": numba.__version__,
         "xarray_version": xr.__version__,
         "python_version": platform.python_version(),
-        "git_commit": running_commit(),
         "date_created": now,
     }
 

@@ -32,12 +32,10 @@ import numpy as np
 
 from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
-from brwsim.gitcommit import running_commit
-from brwsim.io import write_netcdf_atomic
+from brwsim.io import code_attrs, write_netcdf_atomic
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
-from brwsim.version import __version__
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
            "shard_code", "running_code", "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS",
@@ -224,8 +222,7 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
 
 def _shard_attrs(task: ChunkTask | TheoryTask, **extra: Any) -> dict[str, Any]:
     return {"brwsim_shard_format": SHARD_FORMAT, "config_hash": task.config_hash,
-            "point": task.point, "chunk": task.chunk, "git_commit": running_commit(),
-            "brwsim_version": __version__, **extra}
+            "point": task.point, "chunk": task.chunk, **code_attrs(), **extra}
 
 
 def shard_code(attrs: dict[str, Any]) -> str:
@@ -250,7 +247,7 @@ def shard_code(attrs: dict[str, Any]) -> str:
 
 def running_code() -> str:
     """:func:`shard_code` of the shards this process writes."""
-    return shard_code({"git_commit": running_commit(), "brwsim_version": __version__})
+    return shard_code(code_attrs())
 
 
 def _fsum_rows(a: np.ndarray) -> np.ndarray:

@@ -21,13 +21,13 @@ import pytest
 import xarray as xr
 
 from brwsim import gitcommit
+from brwsim import io as brwsim_io
 from brwsim.cli import main
 from brwsim.cli.inspect import _short_commit
 from brwsim.sweep.config import load_config
 from brwsim.errors import UserError
 from brwsim.simulate import run_iterations
 from brwsim.sweep import MixedCodeWarning, sweep
-from brwsim.sweep import shards as shards_module
 from brwsim.sweep.shards import running_code, shard_code
 
 CONFIG = """
@@ -207,7 +207,7 @@ def test_a_merge_of_other_code_s_shards_warns(reference, config, tmp_path, monke
     shutil.copytree(reference, out)
     for shard in sorted((out / "shards").glob("p*_c*.nc"))[:10]:
         shard.unlink()
-    monkeypatch.setattr(shards_module, "running_commit", lambda: "0123abcd")
+    monkeypatch.setattr(brwsim_io, "running_commit", lambda: "0123abcd")
     assert running_code() == "0123abcd"
     assert main(["sweep", str(config), "--out", str(out), "--quiet"]) == 0
     captured = capsys.readouterr()
@@ -219,6 +219,8 @@ def test_a_merge_of_other_code_s_shards_warns(reference, config, tmp_path, monke
     a, b = _groups(reference / "results.nc"), _groups(out / "results.nc")
     assert json.loads(b["/"].attrs.pop("shard_code")) == {old: 74, "0123abcd": 10}
     a["/"].attrs.pop("shard_code")
+    assert b["/"].attrs.pop("git_commit") == "0123abcd"     # the merging run's code
+    a["/"].attrs.pop("git_commit")
     for name in a:                              # the data themselves are the same
         xr.testing.assert_identical(a[name], b[name])
     with pytest.warns(MixedCodeWarning, match="0123abcd"):     # the Python API warns too
