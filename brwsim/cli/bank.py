@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from brwsim.bankstats import (
     plot_entropy_histogram,
 )
 from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank
-from brwsim.cli.common import add_command
+from brwsim.cli.common import add_command, warning_lines
 from brwsim.lazy import xarray as xr
 from brwsim.textform import format_table, parse_budgets
 from brwsim.validate import check_output_path
@@ -173,12 +172,9 @@ def _run_import(args: argparse.Namespace) -> int:
     int
         0 on success (errors raise :class:`~brwsim.errors.UserError`).
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", BadInputWarning)
+    with warning_lines(BadInputWarning):
         ds = import_logprobs(args.files, args.out, skip_bad=args.skip_bad, top_k=args.top_k,
                              vocab=args.vocab, command=" ".join(["brwsim"] + sys.argv[1:]))
-    for w in caught:
-        print(f"brwsim: warning: {w.message}", file=sys.stderr)
     print(describe_bank(ds, args.out))
     return 0
 

@@ -8,7 +8,11 @@ line and status 2, as every other bad input).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +25,8 @@ from brwsim.textform import parse_budgets
 from brwsim.theory import Prediction, small_budget_bound
 
 __all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se",
-           "bound_check", "reason_lines", "small_budget_column", "SMALL_BUDGET_MAX"]
+           "bound_check", "reason_lines", "small_budget_column", "SMALL_BUDGET_MAX",
+           "warning_lines"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
 
@@ -91,6 +96,24 @@ def reason_lines(ds, names) -> list[str]:
         if name in ds and "reason" in ds[name].attrs:
             out.append(f"{name}: n/a: {ds[name].attrs['reason']}")
     return out
+
+
+@contextlib.contextmanager
+def warning_lines(category: type[Warning]) -> Iterator[None]:
+    """Print every warning raised inside as one ``brwsim: warning: <message>`` line on
+    stderr, once the block is done; those of ``category`` each time they are raised.
+
+    Parameters
+    ----------
+    category : type of Warning
+        The command's own warning (e.g. :class:`brwsim.bank.BadInputWarning`), never
+        filtered out as a repeat.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category)
+        yield
+    for w in caught:
+        print(f"brwsim: warning: {w.message}", file=sys.stderr)
 
 
 def add_command(sub: Any, name: str, func: Any, help: str, description: str | None = None,

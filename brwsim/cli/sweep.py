@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
-import warnings
 from typing import Any
 
-from brwsim.cli.common import add_command
+from brwsim.cli.common import add_command, warning_lines
 from brwsim.sweep import BACKENDS, MixedCodeWarning, sweep
 
 __all__ = ["register"]
@@ -41,16 +39,10 @@ def run_cli(args: argparse.Namespace) -> int:
     """Body of ``brwsim sweep``: run, then print one line per outcome."""
     argv = getattr(args, "argv", None)
     command = "brwsim " + " ".join(shlex.quote(a) for a in argv) if argv else ""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", MixedCodeWarning)
+    with warning_lines(MixedCodeWarning):
         rep = sweep(args.config, args.out, jobs=args.jobs, backend=args.backend,
                     scheduler=args.scheduler, summary_only=args.summary_only, quiet=args.quiet,
                     command=command)
-    for w in caught:
-        if issubclass(w.category, MixedCodeWarning):
-            print(f"brwsim: warning: {w.message}", file=sys.stderr)
-        else:                           # anything else as Python would have shown it
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     rate = f", {rep.tree_nodes / rep.seconds:.3g} tree nodes/s" if rep.tree_nodes else ""
     redone = f", {rep.discarded} unusable shards redone" if rep.discarded else ""
     print(f"{rep.tasks} tasks: {rep.run} run, {rep.reused} reused{redone} "
