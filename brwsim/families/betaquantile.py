@@ -32,8 +32,10 @@ between are still checked in order, at their own midpoints, which are knots of t
 grid and so need no Newton solve (the table chosen is the same smallest passing level as
 when doubling one level at a time). Splines on the uniform grids are solved without
 ``scipy.linalg`` (its import alone costs 30 ms). Measured: a first
-``Dirichlet(0.05, 200).spec()`` (15 sides) takes about 16 ms in a fresh process, median
-of 5 on a loaded 2-core machine (137 ms one side at a time before; 0.2 ms with no tables);
+``Dirichlet(0.05, 200).spec()`` took about 16 ms in a fresh process with the 15 sides of
+a halving tree split down to single tokens, median of 5 on a loaded 2-core machine (137
+ms one side at a time before; 0.2 ms with no tables); its groups of at most 50 tokens are
+now drawn by size-biased picks, which need no table, so it builds 2 sides in 7-12 ms;
 the two sides of Peaked's (4, 0.5) about 11 ms (45-95 ms before; Peaked's spec()
 is otherwise dominated by loading the numba ``zipf_sum``, about 0.3 s, as before).
 
@@ -444,17 +446,18 @@ def pair_block(pairs) -> tuple[np.ndarray, dict]:
     return np.concatenate([heads] + sides), where
 
 
-def tree_block(alpha: float, vocab: int) -> np.ndarray:
+def tree_block(alpha: float, vocab: int, picked: int = 1) -> np.ndarray:
     """Data of the DIRICHLET aggregation sampler: ``vocab + 1`` pair offsets, then the pairs.
 
     Entry m (a group of m >= 2 tokens, split into m // 2 and m - m // 2) is the offset, in
-    the returned block, of the pair (m // 2 alpha, (m - m // 2) alpha); -1 for m < 2 and
-    for sizes that the halving tree of ``vocab`` never reaches.
+    the returned block, of the pair (m // 2 alpha, (m - m // 2) alpha); -1 for m < 2, for
+    groups of at most ``picked`` tokens (drawn by size-biased picks, no table) and for
+    sizes that the halving tree of ``vocab`` never reaches.
     """
     sizes, todo = set(), [vocab]
     while todo:
         m = todo.pop()
-        if m >= 2 and m not in sizes:
+        if m >= 2 and m > picked and m not in sizes:
             sizes.add(m)
             todo += [m // 2, m - m // 2]
     order = sorted(sizes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,15 @@ AGGREGATE_VOCAB = (100, LAZY_ABOVE)
 def aggregation_component(alpha: float, vocab: int) -> Component:
     """The lazy DIRICHLET component (``brwsim.kernels.dist._dirichlet_init``), with the Beta
     quantile tables of its splits (:func:`brwsim.families.betaquantile.tree_block`)."""
-    return Component(K.DIRICHLET, [alpha], [vocab], data=tree_block(float(alpha), int(vocab)),
+    picked = picked_size(alpha, vocab)
+    return Component(K.DIRICHLET, [alpha], [vocab, picked],
+                     data=tree_block(float(alpha), int(vocab), picked),
                      head_cap=K.dirichlet_head_cap(vocab))
+
+
+def picked_size(alpha: float, vocab: int) -> int:
+    """Largest group drawn by size-biased picks: m alpha <= ``PICK_MASS``, at most ``vocab``."""
+    return int(min(vocab, math.floor(K.PICK_MASS / alpha * (1.0 + 1e-12))))
 
 
 class Dirichlet(_OrderStatFamily):
@@ -38,15 +46,17 @@ class Dirichlet(_OrderStatFamily):
     Two samplers draw a node, both a function of the node's key. For alpha in
     ``AGGREGATE_ALPHA`` at vocabularies in ``AGGREGATE_VOCAB``: binary aggregation (halves
     of the vocabulary split by Beta(m1 alpha, m2 alpha) fractions, groups below the
-    caller's cut-off never split, ``brwsim.kernels.dist._dirichlet_init``): about
-    log2(vocab) beta draws per node of a tree pass, and log2(vocab) per listed rank. Each
-    beta draw inverts a tabulated quantile (:mod:`brwsim.families.betaquantile`, built
-    when the family is compiled, all new sides in one batched call: about 16 ms for a
-    first ``Dirichlet(0.05, 200).spec()`` in a fresh process, against 0.2 ms with no
-    tables; cached per shape pair), exact
-    up to the tables' measured error of at most 1e-11 in log B. Measured per split: about
-    43 ns against 58-95 ns for the rejection samplers (latency of log, exp, sqrt and the
-    spline lookups).
+    caller's cut-off never split, ``brwsim.kernels.dist._dirichlet_init``), down to groups
+    of at most :func:`picked_size` tokens (total concentration m alpha at most
+    ``brwsim.kernels.dist.PICK_MASS`` = 2.5: 50 tokens at alpha = 0.05), which are drawn by
+    size-biased picks: each takes a Beta(1 + alpha, .) share of the group's rest, the
+    heavy tokens first, until the rest is below the cut-off. Each split's beta draw
+    inverts a tabulated quantile (:mod:`brwsim.families.betaquantile`, built when the
+    family is compiled, all new sides in one batched call; cached per shape pair), exact
+    up to the tables' measured error of at most 1e-11 in log B; a pick is an exact
+    rejection draw with no table. Only the split groups need tables: a first
+    ``Dirichlet(0.05, 200).spec()`` builds 2 sides and takes 7-12 ms in a fresh process
+    (20-25 ms with the 15 sides of splits alone, 0.2 ms with no tables).
     Otherwise, and for tempered nodes (``beta != 1``, whose normaliser needs every
     weight), the order statistics of :class:`~brwsim.families.orderstat._OrderStatFamily`
     (lazy, with a drawn tail sum, above ``LAZY_ABOVE`` tokens). Per node of a threshold

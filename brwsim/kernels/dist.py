@@ -58,7 +58,8 @@ from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
-from brwsim.kernels.special import bits_f64, f64_bits, spline_eval, spline_index, spline_poly, zipf_sum
+from brwsim.kernels.special import (CELL_C, NEG_LOG_ERR, bits_f64, cell_split, exp_neg, f64_bits, neg_log,
+                                    spline_eval, spline_index, spline_poly, zipf_sum)
 from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
@@ -149,45 +150,6 @@ _PROVE_RANKS = 8
 # by a few ulps (products by reciprocals instead of quotients): far beyond 8 ranks' rounding
 _PROVE_WIDEN = 1e-13
 
-# Functions of a float x in (0, 1] without libm (:func:`_neg_log`, :func:`_pow_gain`): x =
-# 2**e m with m in [1, 2) cut into 2**_CELL_BITS cells (1/128 of an octave), c the centre of
-# m's cell and t = (m - c) / c, |t| <= 2**-8 (:func:`_cell_split`); a function of c comes
-# from a table, one of 1 + t from a short Taylor series.
-_CELL_BITS = 7
-_CELL_C = 1.0 + (np.arange(1 << _CELL_BITS) + 0.5) / (1 << _CELL_BITS)
-_CELL_INVC = 1.0 / _CELL_C
-_MANT_BITS = 0xFFFFFFFFFFFFF
-_ONE_BITS = 0x3FF0000000000000
-
-
-@inline_kernel
-def _cell_split(x):
-    """(e, i, t) of a normal positive float x = 2**e m: the cell i of m and its offset t."""
-    b = f64_bits(x)
-    i = (b >> (52 - _CELL_BITS)) & ((1 << _CELL_BITS) - 1)
-    t = (bits_f64((b & _MANT_BITS) | _ONE_BITS) - _CELL_C[i]) * _CELL_INVC[i]
-    return (b >> 52) - 1023, i, t
-
-
-# _neg_log(u) = -log(u) = -e log 2 - log c - log(1 + t), log(1 + t) by its Taylor series
-# to t**5 (remainder below 6e-16; the rounding of the sum, at most about 1.3e-14 where
-# -log u is near its largest value, 36.7, dominates); measured absolute error against
-# libm's log at most 7.1e-15 (tests/unit/test_orderstat_fast.py). _orderstat_below widens
-# each term by _NEG_LOG_ERR, so its bounds of A_j hold against the exact test's (libm) sums.
-_NLOG_LOGC = np.log(_CELL_C)
-_LN2 = math.log(2.0)
-_NEG_LOG_ERR = 1e-13
-
-
-@inline_kernel
-def _neg_log(u):
-    """-log(u) for u in (0, 1] (a normal float) from u's bits and two tables, within an
-    absolute 1.5e-14 of libm's (the rounding of the sum; measured at most 7.1e-15)."""
-    e, i, t = _cell_split(u)
-    p = t * (1.0 - t * (0.5 - t * (1.0 / 3.0 - t * (0.25 - t * 0.2))))
-    return -(e * _LN2 + _NLOG_LOGC[i] + p)
-
-
 @inline_kernel
 def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     """True when the first ranks of the node prove that the exact test of
@@ -195,8 +157,8 @@ def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     so rank 0 is below the caller's cut-off), without the ranks' exact log-weights.
 
     A_j is the exact test's sum of -log(u_j) / (n - j), here with products by
-    reciprocals and :func:`_neg_log`, widened by ``_PROVE_WIDEN`` (relative) and by
-    ``_NEG_LOG_ERR / (n - j)`` per rank (absolute) to cover the difference; the
+    reciprocals and :func:`neg_log`, widened by ``_PROVE_WIDEN`` (relative) and by
+    ``NEG_LOG_ERR / (n - j)`` per rank (absolute) to cover the difference; the
     weight W_j = exp(lw_j - lw_ref) is bounded by the tabulated weights at the ends of
     A_j's cell (``OS_CELL_BITS`` mantissa bits), read off the bits of A_j: W_0 from above
     by its cell's first end, W_j from below by its cell's last end, their ratios
@@ -208,15 +170,15 @@ def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     it exceeds it, so the exact sum does too. False (undecided) after ``_PROVE_RANKS``
     ranks or when A_j lies outside the table (or W_0's bound underflows to 0): the
     caller then runs the exact test. Per rank: -log of the uniform from its bits and a
-    polynomial (:func:`_neg_log`, within ``_NEG_LOG_ERR`` of libm's, which the bounds of
+    polynomial (:func:`neg_log`, within ``NEG_LOG_ERR`` of libm's, which the bounds of
     A_j also absorb), one product, one table read and one addition (no libm call),
     against two logarithms, a quotient, a spline and an exponential for the exact test.
     """
     n = ipar[c, 2]
     tb = ipar[c, 0] + 12 * ipar[c, 3]            # the bound table, after three splines
     inv = 1.0 / n
-    a = _neg_log(unit(dk, 1)) * inv
-    err = _NEG_LOG_ERR * inv                      # bound of |a - the exact test's A_j|, less _PROVE_WIDEN
+    a = neg_log(unit(dk, 1)) * inv
+    err = NEG_LOG_ERR * inv                      # bound of |a - the exact test's A_j|, less _PROVE_WIDEN
     i = (f64_bits(a * (1.0 - _PROVE_WIDEN) - err) >> (52 - OS_CELL_BITS)) - _OS_CELL0
     if i < 0 or i >= OS_BOUND_CELLS:
         return False
@@ -229,8 +191,8 @@ def _orderstat_below(data, fpar, ipar, c, dk, r_max):
     acc = 0.0
     for j in range(1, min(_PROVE_RANKS, ipar[c, 4])):
         inv = 1.0 / (n - j)
-        a += _neg_log(unit(dk, j + 1)) * inv
-        err += _NEG_LOG_ERR * inv
+        a += neg_log(unit(dk, j + 1)) * inv
+        err += NEG_LOG_ERR * inv
         i = (f64_bits(a * (1.0 + _PROVE_WIDEN) + err) >> (52 - OS_CELL_BITS)) - _OS_CELL0
         if i < 0 or i >= OS_BOUND_CELLS:
             return False
@@ -333,11 +295,11 @@ def _orderstat_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq):
     li[d, 0] = ORDERSTAT
 
 
-# _pow_gain(x) = x**_GAIN_POW for x in (0, 1] without libm (cells: _cell_split):
+# _pow_gain(x) = x**_GAIN_POW for x in (0, 1] without libm (cells: cell_split):
 # x**p = (2**p)**e c**p (1 + t)**p, (1 + t)**p by its Taylor series to t**4 (remainder
 # below 1.5e-14 relative; measured relative error of the whole below 2e-14, against 1 ulp,
 # 1.1e-16, for libm's pow, at a fraction of its cost).
-_POW_CP = _CELL_C ** _GAIN_POW
+_POW_CP = CELL_C ** _GAIN_POW
 _POW_E = 2.0 ** (_GAIN_POW * np.arange(0, -1023, -1.0))     # (2**p)**e for e = 0, -1, ...
 _POW_T1 = _GAIN_POW
 _POW_T2 = _GAIN_POW * (_GAIN_POW - 1.0) / 2.0
@@ -351,7 +313,7 @@ def _pow_gain(x):
     below the normal range, or not in (0, 1], goes to libm's pow."""
     if not (2.2250738585072014e-308 <= x <= 1.0):
         return x ** _GAIN_POW if x > 0.0 else 0.0
-    e, i, t = _cell_split(x)                # e <= 0
+    e, i, t = cell_split(x)                # e <= 0
     return _POW_E[-e] * _POW_CP[i] * (1.0 + t * (_POW_T1 + t * (_POW_T2 + t * (_POW_T3 + t * _POW_T4))))
 
 
@@ -480,6 +442,18 @@ _LOG_HALF = math.log(0.5)
 # lighter part certainly below the cut-off: its computed log mass is at most log(1/2)
 # plus the Beta tables' error (1e-11) and roundings, far below this
 _HALF_MARGIN = 1e-9
+# size-biased picks (_dirichlet_picks): rounds of rejection per pick before the exact
+# fall-back; below these bounds on log(1 - V) and above them on 1 - V, log V comes from
+# expm1 and from the atanh series (_pick_round)
+_PICK_ROUNDS = 64
+_PICK_EXPM1 = -1.0 / 32.0
+_PICK_SERIES = 1.0 / 16.0
+#: The largest total concentration (size times alpha) of a DIRICHLET group drawn by
+#: size-biased picks instead of splits (the family's ``picked_size``). Measured on
+#: Dirichlet(0.05, 200), set-ups of 1e5 nodes with cut-offs uniform on (0, 1), two runs:
+#: 361-402 ns a node at 2.5 (groups of 50 tokens), 364-435 at 1.25, 414-447 at 5 and
+#: 561-577 at 10 (picks only), against 519 ns with splits only (the previous kernel).
+PICK_MASS = 2.5
 
 
 def dirichlet_head_cap(vocab: int) -> int:
@@ -569,6 +543,103 @@ def _push_group(row, sb, sp, lm, m, g, first, u):
     return sp + 1
 
 
+@inline_kernel
+def _pick_round(alpha, b, u, w):
+    """One round of :func:`_pick_fraction`'s rejection from the uniforms u and w:
+    (log V, log(1 - V), accepted)."""
+    l1v = -neg_log(u) / b
+    if l1v > _PICK_EXPM1:
+        # V < 1 - exp(-1/32): expm1 keeps its digits (1 - exp would lose up to all of them)
+        v = -math.expm1(l1v)
+        nlv = neg_log(v) if v > 0.0 else np.inf
+    else:
+        e = exp_neg(l1v)                # 1 - V; V = 1 - e loses at most 5 bits
+        if e > _PICK_SERIES:
+            nlv = neg_log(1.0 - e)
+        else:
+            # -log(1 - e) = 2 atanh(s), s = e / (2 - e) <= 1/31: its series to s**13 keeps
+            # the relative accuracy of a tiny log V (neg_log's is absolute)
+            s = e / (2.0 - e)
+            s2 = s * s
+            nlv = 2.0 * s * (1.0 + s2 * (1.0 / 3.0 + s2 * (1.0 / 5.0 + s2 * (1.0 / 7.0 + s2 * (
+                1.0 / 9.0 + s2 * (1.0 / 11.0 + s2 * (1.0 / 13.0)))))))
+    return -nlv, l1v, neg_log(w) >= alpha * nlv
+
+
+@kernel
+def _pick_rejected(alpha, b, pk, j):
+    """Pick ``j``'s fraction after its first two rounds were rejected: the next rounds,
+    then the exact fall-back (a call, not inlined: the loop stays out of the picks' code)."""
+    rk = mix(pk ^ (np.uint64(j + 1) * _GROUP_KEY))
+    for i in range(2, _PICK_ROUNDS):
+        v, l1v, ok = _pick_round(alpha, b, unit(rk, 2 * i), unit(rk, 2 * i + 1))
+        if ok:
+            return v, l1v
+    return _log_beta_split(1.0 + alpha, b, mix(rk))
+
+
+@inline_kernel
+def _pick_fraction(alpha, b, pk, j):
+    """(log V, log(1 - V)) for V ~ Beta(1 + alpha, b), the fraction of the size-biased
+    pick ``j`` of the group whose stream is ``pk`` (exact).
+
+    Rejection from Beta(1, b), whose inversion is closed: 1 - V = U**(1/b), accepted with
+    probability V**alpha (the ratio of the two densities, at most 1), that is when
+    log W <= alpha log V; log(1 - V) = log(U) / b. The acceptance rate b B(1 + alpha, b)
+    is at least 0.88 for the alphas that use picks (below 0.08) at b <= ``PICK_MASS``
+    (0.92 at alpha = 0.05; 0.5 at alpha = 1, where a forced component still works). Round 0
+    reads uniforms 2j and 2j + 1 of the group's stream, round i >= 1 uniforms 2i and
+    2i + 1 of a stream of the pick's own; after ``_PICK_ROUNDS`` rounds (never seen) the
+    exact :func:`_log_beta_split` takes over. Rounds 0 and 1 are inline, later ones a call.
+
+    log V keeps its accuracy at both ends: a V below 1 - exp(-1/32) comes from expm1
+    (1 - exp would lose its digits); a V above 15/16 gives log V = -2 atanh(s),
+    s = (1 - V) / (1 + V), by its series (relative accuracy, so a token of share
+    1 - 1e-20 is not rounded to a log-probability of 0 or above). The logarithms and the
+    exponential are :func:`~brwsim.kernels.special.neg_log`'s and
+    :func:`~brwsim.kernels.special.exp_neg`'s (within 1.5e-14 absolute and 4.4e-16
+    relative of libm's), inline: a libm call in the picks' loop costs more than its own
+    time, and replacing them took a pick from 44 to 37 ns (2e6 independent picks).
+    """
+    v, l1v, ok = _pick_round(alpha, b, unit(pk, 2 * j), unit(pk, 2 * j + 1))
+    if ok:
+        return v, l1v
+    rk = mix(pk ^ (np.uint64(j + 1) * _GROUP_KEY))
+    v, l1v, ok = _pick_round(alpha, b, unit(rk, 2), unit(rk, 3))
+    if ok:
+        return v, l1v
+    return _pick_rejected(alpha, b, pk, j)
+
+
+@inline_kernel
+def _dirichlet_picks(row, k, alpha, lm, m, pk, cut):
+    """List the tokens above ``cut`` of a group of ``m`` tokens and log mass ``lm`` by
+    size-biased picks; the new count of listed ranks in ``row``.
+
+    Exact for a symmetric Dirichlet(alpha) over the group (its law given its mass, by the
+    aggregation property): a token picked with probability equal to its share has share
+    V_1 ~ Beta(1 + alpha, (m - 1) alpha), and the other m - 1 shares, divided by
+    1 - V_1, are again a symmetric Dirichlet(alpha), independent of V_1; so pick j
+    (j = 0, 1, ...) takes the fraction V ~ Beta(1 + alpha, (m - 1 - j) alpha) of what
+    remains, and the last token the rest. Token identities do not matter (the node lists
+    its ranks sorted). Once the remaining mass is below the cut-off no token left can
+    reach it, and the picks stop. Each pick's draw depends on ``j`` only, not on earlier
+    outcomes, so consecutive picks overlap in the processor; only the running log mass
+    is carried.
+    """
+    lr = lm
+    for j in range(m - 1):
+        lv, l1v = _pick_fraction(alpha, (m - 1 - j) * alpha, pk, j)
+        if lr + lv >= cut:
+            row[k] = lr + lv
+            k += 1
+        lr += l1v
+        if lr < cut:
+            return k
+    row[k] = lr
+    return k + 1
+
+
 @kernel
 def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
     """A DIRICHLET level: the node's ranks above ``min_logq``, sorted, in its head row.
@@ -576,35 +647,47 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
     A symmetric Dirichlet(alpha) over n tokens is a binary aggregation tree (exact): a
     group of m tokens with mass M splits into its first m1 = m // 2 tokens and the other
     m2 with masses M B and M (1 - B), B ~ Beta(m1 alpha, m2 alpha) independent of M and
-    of every other split; a group of one token is that token's probability. Group g (the
-    root is 1, the halves of g are 2g and 2g + 1) draws its B from its own stream, a hash
-    of (node key, g): by inversion of the first uniform of that stream through the
-    tabulated Beta quantile of its shape pair (:func:`brwsim.kernels.betaquantile.beta_log_pair`,
-    tables built with the family by :func:`brwsim.families.betaquantile.tree_block`; in
-    ``data``, entry m of the first ``vocab + 1`` is the offset of the pair of a group of m
-    tokens), exact up to the tables' error of at most 1e-11 in log B and log(1 - B), plus
-    the rounding of log u amplified by 1 / (m1 alpha) (about 1e-16 / shape). A pair whose
-    table would need more than 2048 intervals (none at the alphas and vocabularies
-    tested, 1e-6-0.079 and 100-1024) is drawn
-    exactly by :func:`_log_beta_split` from the same stream. So a token's log-probability is the
-    same sum whichever groups are visited: the node is a function of its key, and the
-    ranks above any cut-off are the same numbers for every cut-off.
+    of every other split, and, given its mass, a group is again a symmetric
+    Dirichlet(alpha) over its m tokens. Group g (the root is 1, the halves of g are 2g and
+    2g + 1) draws from its own stream, a hash of (node key, g).
+
+    * A group of more than ``ipar[c, 3]`` tokens (``picked_size`` of the family: m alpha
+      above ``PICK_MASS``) splits: its B inverts the first uniform of its stream through
+      the tabulated Beta quantile of its shape pair
+      (:func:`brwsim.kernels.betaquantile.beta_log_pair`, tables built with the family by
+      :func:`brwsim.families.betaquantile.tree_block`; in ``data``, entry m of the first
+      ``vocab + 1`` is the offset of the pair of a group of m tokens), exact up to the
+      tables' error of at most 1e-11 in log B and log(1 - B), plus the rounding of log u
+      amplified by 1 / (m1 alpha) (about 1e-16 / shape). A pair whose table would need
+      more than 2048 intervals is drawn exactly by :func:`_log_beta_split` from the same
+      stream.
+    * A smaller group is drawn by size-biased picks (:func:`_dirichlet_picks`): each pick
+      takes a Beta(1 + alpha, .) share of what remains, so the heavy tokens come first
+      and the picks stop once the rest is below the cut-off. Picks are independent draws
+      (only the running rest is carried), where the splits down the heavier halves are a
+      chain, and at alpha = 0.05 a group of 50 tokens (concentration 2.5) needs about as
+      many picks as a split walk needs splits per listed rank, without its chain:
+      Dirichlet(0.05, 200) at P = 1024 ran 1.37x faster than with splits alone
+      (``benchmarks/README.md``, issue 23's eighth round).
+
+    So a token's log-probability is the same number whichever groups are visited: the
+    node is a function of its key, and the ranks above any cut-off are the same numbers
+    for every cut-off.
 
     A group's mass bounds each of its tokens, so a depth-first walk that never splits a
     group below the cut-off (less a relative margin of 1e-9, so no rank the caller would
-    use is missed) finds exactly the tokens above it. With q = exp(min_logq) the walk
-    splits the groups of mass >= q: about one per level of the tree (log2 n) when q is
-    uniform on (0, 1), as the threshold pass's lam / p(v) about is, and about log2 n per
-    listed rank. A group of mass below 2q (less a margin, ``_HALF_MARGIN``) reads only
-    its heavier part's log mass (:func:`brwsim.kernels.betaquantile.beta_log_heavy`, the
-    same number): the lighter part is below the cut-off whatever its value. A group's
-    uniform is hashed when its parent is split, before that split's outcome is known
-    (the stack holds it): the walk down the heavier halves is a chain of dependent draws,
-    and the hashes then overlap it (+4-6% on Dirichlet(0.05, 200)).
+    use is missed) finds exactly the tokens above it. A group of mass below 2q
+    (q = exp(min_logq), less a margin, ``_HALF_MARGIN``) reads only its heavier part's log
+    mass (:func:`brwsim.kernels.betaquantile.beta_log_heavy`, the same number): the
+    lighter part is below the cut-off whatever its value. A group's uniform is hashed
+    when its parent is split, before that split's outcome is known (the stack holds it):
+    the walk down the heavier halves is a chain of dependent draws, and the hashes then
+    overlap it.
     ``li[d, 3]`` is the number of listed ranks.
     """
     alpha = fpar[c, 0]
     n = ipar[c, 2]
+    n_picked = ipar[c, 3]
     base = ipar[c, 0]
     cut = min_logq - 1e-9 * (1.0 + abs(min_logq)) if min_logq > -np.inf else NEG_INF
     row = head[d]
@@ -625,12 +708,15 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
             k += 1
             continue
         g = row[o + 2]
+        if m <= n_picked:
+            k = _dirichlet_picks(row, k, alpha, lm, m, _group_key(dk, g), cut)
+            continue
         u = row[o + 3]
         m1 = m // 2
         # the halves' uniforms now, independent of this split's outcome: their hashes then
         # overlap this split's draw instead of following it
-        u1 = _group_unit(dk, 2.0 * g) if m1 >= 2 else 0.0
-        u2 = _group_unit(dk, 2.0 * g + 1.0) if m - m1 >= 2 else 0.0
+        u1 = _group_unit(dk, 2.0 * g) if m1 > max(n_picked, 1) else 0.0
+        u2 = _group_unit(dk, 2.0 * g + 1.0) if m - m1 > max(n_picked, 1) else 0.0
         pair = int(data[base + m])
         tabulated = pair >= 0 and data[base + pair + 1] >= 0.0
         if tabulated and lm + _LOG_HALF + _HALF_MARGIN < cut:
@@ -651,7 +737,8 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
             lh = l1 if first else l2
             if lh >= cut:
                 sp = _push_group(row, sb, sp, lh, m, g, first, u1 if first else u2)
-    _sort_descending(row, k)
+    if k > 1:
+        _sort_descending(row, k)
     li[d, 3] = k
 
 
