@@ -39,6 +39,11 @@ now drawn by size-biased picks, which need no table, so it builds 2 sides in 7-1
 the two sides of Peaked's (4, 0.5) about 11 ms (45-95 ms before; Peaked's spec()
 is otherwise dominated by loading the numba ``zipf_sum``, about 0.3 s, as before).
 
+A Dirichlet split also gets an *emptiness table* (:func:`cdf_table`): its CDF on the
+cut-offs y in (1/2, 1] of the group's mass, as splines in log y with a margin, so that
+the kernel can tell from the uniform alone, F(1 - y) < u < F(y), that neither part
+reaches y, before (and mostly instead of) the quantile's draw.
+
 Measured (``tests/unit/test_betaquantile.py``): every Dirichlet pair of the aggregation
 sampler (shapes 1e-6 .. 41) and Peaked's default (4, 0.5) tabulate within 1e-11 in at
 most 2048 intervals; a side such as (0.5, 20), whose lower half is mostly a long flat
@@ -56,7 +61,7 @@ from scipy import special
 from brwsim.kernels.betaquantile import SIDE_HEADER
 
 __all__ = ["TOLERANCE", "MAX_INTERVALS", "SHAPE_RANGE", "side_table", "pair_block",
-           "tree_block", "SIDE_HEADER", "PAIR_HEADER"]
+           "tree_block", "cdf_table", "SIDE_HEADER", "PAIR_HEADER", "CDF_HEADER", "CDF_INTERVALS"]
 
 #: Largest error of a table at its interval midpoints, absolute in log x and in r.
 TOLERANCE = 1e-11
@@ -446,13 +451,67 @@ def pair_block(pairs) -> tuple[np.ndarray, dict]:
     return np.concatenate([heads] + sides), where
 
 
-def tree_block(alpha: float, vocab: int, picked: int = 1) -> np.ndarray:
-    """Data of the DIRICHLET aggregation sampler: ``vocab + 1`` pair offsets, then the pairs.
+#: Intervals of a split's emptiness table (:func:`cdf_table`) on x in [log(1/2), 0].
+CDF_INTERVALS = 64
+#: Length of an emptiness table's header: (n_int, x0, inv_h, h, margin, equal shapes).
+CDF_HEADER = 6
+# the quantile tables' error in log x and in r, which the emptiness margin covers in u
+_QUANTILE_ERR = 1e-11
 
-    Entry m (a group of m >= 2 tokens, split into m // 2 and m - m // 2) is the offset, in
-    the returned block, of the pair (m // 2 alpha, (m - m // 2) alpha); -1 for m < 2, for
-    groups of at most ``picked`` tokens (drawn by size-biased picks, no table) and for
-    sizes that the halving tree of ``vocab`` never reaches.
+
+def cdf_table(a: float, b: float, n_int: int = CDF_INTERVALS) -> np.ndarray:
+    """When a split of Beta(a, b) leaves both parts below a cut-off, read from its uniform.
+
+    With the quantile's inversion X = F^-1(u) (F the CDF of Beta(a, b)), both X and 1 - X
+    are below y in (1/2, 1] exactly when F(1 - y) < u < F(y). The table holds cubic
+    splines of F(e^x) and (unequal shapes only; else it is 1 - F(e^x)) F(1 - e^x) on a
+    uniform grid of ``n_int`` intervals over x = log y in [log(1/2), 0], knots from
+    ``scipy.special.betainc``, and a margin in u: twice the splines' largest error at 16
+    points per interval, plus the quantile tables' error (1e-11 in log X) times twice the
+    largest density on the grid, plus 1e-14. A uniform inside the interval by that margin
+    gives parts that the quantile tables, too, put below y (see
+    ``brwsim.kernels.dist._split_empty``).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n_int, x0, inv_h, h, margin, equal) then 4 * n_int coefficients of F(e^x), then,
+        for unequal shapes, 4 * n_int of F(1 - e^x).
+    """
+    x0 = math.log(0.5)
+    h = -x0 / n_int
+    xk = x0 + h * np.arange(n_int + 1)
+    xk[-1] = 0.0
+    equal = a == b
+    cols = [special.betainc(a, b, np.exp(xk))]
+    if not equal:
+        cols.append(special.betainc(a, b, -np.expm1(xk)))
+    coef = _spline_uniform(np.stack(cols, axis=1), np.full(len(cols), h))   # (n, 4, k)
+    d = h * (np.arange(16) + 0.5) / 16
+    xs = (x0 + h * np.arange(n_int))[:, None] + d[None, :]                 # (n, 16)
+    err = 0.0
+    for k, exact in enumerate([np.exp(xs), -np.expm1(xs)][:len(cols)]):
+        c = coef[:, :, k]
+        fit = c[:, 0:1] + d * (c[:, 1:2] + d * (c[:, 2:3] + d * c[:, 3:4]))
+        err = max(err, float(np.max(np.abs(fit - special.betainc(a, b, exact)))))
+    dens = float(np.max(np.exp((a - 1.0) * np.log(np.linspace(1e-6, 1 - 1e-6, 2001))
+                               + (b - 1.0) * np.log1p(-np.linspace(1e-6, 1 - 1e-6, 2001))
+                               - special.betaln(a, b))))
+    margin = 2.0 * err + 2.0 * dens * _QUANTILE_ERR + 1e-14
+    head = np.array([n_int, x0, 1.0 / h, h, margin, 1.0 if equal else 0.0])
+    return np.concatenate([head] + [coef[:, :, k].ravel() for k in range(len(cols))])
+
+
+def tree_block(alpha: float, vocab: int, picked: int = 1) -> np.ndarray:
+    """Data of the DIRICHLET aggregation sampler: two indexes of ``vocab + 1`` entries, the
+    pairs, then the emptiness tables.
+
+    Entry m of the first index (a group of m >= 2 tokens, split into m // 2 and
+    m - m // 2) is the offset, in the returned block, of the pair (m // 2 alpha,
+    (m - m // 2) alpha); entry m of the second that of the pair's :func:`cdf_table`; both
+    -1 for m < 2, for groups of at most ``picked`` tokens (drawn by size-biased picks, no
+    table), for sizes that the halving tree of ``vocab`` never reaches and (the second)
+    for pairs that are not tabulated.
     """
     sizes, todo = set(), [vocab]
     while todo:
@@ -461,16 +520,23 @@ def tree_block(alpha: float, vocab: int, picked: int = 1) -> np.ndarray:
             sizes.add(m)
             todo += [m // 2, m - m // 2]
     order = sorted(sizes)
-    block, where = pair_block((m // 2 * alpha, (m - m // 2) * alpha) for m in order)
-    index = np.full(vocab + 1, -1.0)
+    shape = {m: (float(m // 2 * alpha), float((m - m // 2) * alpha)) for m in order}
+    block, where = pair_block(shape[m] for m in order)
+    start = 2 * (vocab + 1)
+    index = np.full(2 * (vocab + 1), -1.0)
+    cdfs, off = [], start + block.size
     for m in order:
-        index[m] = vocab + 1 + where[(float(m // 2 * alpha), float((m - m // 2) * alpha))]
-    out = np.concatenate([index, block])
-    # side and pair offsets inside the block are relative to it: shift them past the index
-    npairs = len(where)
-    for i in range(npairs):
+        index[m] = start + where[shape[m]]
+        if block[where[shape[m]] + 1] >= 0:
+            t = cdf_table(*shape[m])
+            index[vocab + 1 + m] = off
+            cdfs.append(t)
+            off += t.size
+    out = np.concatenate([index, block] + cdfs)
+    # side offsets inside the pair block are relative to it: shift them past the indexes
+    for i in range(len(where)):
         for k in (1, 2):
-            j = vocab + 1 + PAIR_HEADER * i + k
+            j = start + PAIR_HEADER * i + k
             if out[j] >= 0:
-                out[j] += vocab + 1
+                out[j] += start
     return out

@@ -53,10 +53,13 @@ class Dirichlet(_OrderStatFamily):
     heavy tokens first, until the rest is below the cut-off. Each split's beta draw
     inverts a tabulated quantile (:mod:`brwsim.families.betaquantile`, built when the
     family is compiled, all new sides in one batched call; cached per shape pair), exact
-    up to the tables' measured error of at most 1e-11 in log B; a pick is an exact
-    rejection draw with no table. Only the split groups need tables: a first
-    ``Dirichlet(0.05, 200).spec()`` builds 2 sides and takes 7-12 ms in a fresh process
-    (20-25 ms with the 15 sides of splits alone, 0.2 ms with no tables).
+    up to the tables' measured error of at most 1e-11 in log B, and each split has an
+    emptiness table (:func:`~brwsim.families.betaquantile.cdf_table`: its CDF on the
+    cut-offs that leave at most one part above them) that tells from the uniform alone
+    when neither part reaches the cut-off; a pick is an exact rejection draw with no
+    table. Only the split groups need tables: a first ``Dirichlet(0.05, 200).spec()``
+    builds 2 sides and 2 emptiness tables and takes 7-12 ms in a fresh process (20-25 ms
+    with the 15 sides of splits alone, 0.2 ms with no tables).
     Otherwise, and for tempered nodes (``beta != 1``, whose normaliser needs every
     weight), the order statistics of :class:`~brwsim.families.orderstat._OrderStatFamily`
     (lazy, with a drawn tail sum, above ``LAZY_ABOVE`` tokens). Per node of a threshold

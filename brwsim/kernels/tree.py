@@ -63,6 +63,7 @@ from brwsim.kernels.dist import (
     closed_next,
     dist_init,
     dist_next,
+    listed_next,
     orderstat_child_empty,
 )
 from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
@@ -247,7 +248,7 @@ def _walk(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n,
             if closed:
                 lq = closed_next(fpar, ipar, data, d, lf, li)
             else:
-                lq = dist_next(fpar, ipar, data, keys[d], d, lf, li, head)
+                lq = listed_next(fpar, ipar, data, keys[d], d, lf, li, head)
             sc = s_lev[d] - lq
             # above the threshold, exhausted (-inf), NaN, or deeper than any top-P_max node
             if not sc <= t or d >= max_depth:
