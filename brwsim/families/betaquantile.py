@@ -494,8 +494,8 @@ def cdf_table(a: float, b: float, n_int: int = CDF_INTERVALS) -> np.ndarray:
         c = coef[:, :, k]
         fit = c[:, 0:1] + d * (c[:, 1:2] + d * (c[:, 2:3] + d * c[:, 3:4]))
         err = max(err, float(np.max(np.abs(fit - special.betainc(a, b, exact)))))
-    dens = float(np.max(np.exp((a - 1.0) * np.log(np.linspace(1e-6, 1 - 1e-6, 2001))
-                               + (b - 1.0) * np.log1p(-np.linspace(1e-6, 1 - 1e-6, 2001))
+    grid = np.linspace(1e-6, 1.0 - 1e-6, 2001)
+    dens = float(np.max(np.exp((a - 1.0) * np.log(grid) + (b - 1.0) * np.log1p(-grid)
                                - special.betaln(a, b))))
     margin = 2.0 * err + 2.0 * dens * _QUANTILE_ERR + 1e-14
     head = np.array([n_int, x0, 1.0 / h, h, margin, 1.0 if equal else 0.0])

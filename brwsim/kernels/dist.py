@@ -577,9 +577,9 @@ def _pick_rejected(alpha, b, pk, j):
     then the exact fall-back (a call, not inlined: the loop stays out of the picks' code)."""
     rk = mix(pk ^ (np.uint64(j + 1) * _GROUP_KEY))
     for i in range(2, _PICK_ROUNDS):
-        v, l1v, ok = _pick_round(alpha, b, unit(rk, 2 * i), unit(rk, 2 * i + 1))
+        lv, l1v, ok = _pick_round(alpha, b, unit(rk, 2 * i), unit(rk, 2 * i + 1))
         if ok:
-            return v, l1v
+            return lv, l1v
     return _log_beta_split(1.0 + alpha, b, mix(rk))
 
 
@@ -606,13 +606,13 @@ def _pick_fraction(alpha, b, pk, j):
     relative of libm's), inline: a libm call in the picks' loop costs more than its own
     time, and replacing them took a pick from 44 to 37 ns (2e6 independent picks).
     """
-    v, l1v, ok = _pick_round(alpha, b, unit(pk, 2 * j), unit(pk, 2 * j + 1))
+    lv, l1v, ok = _pick_round(alpha, b, unit(pk, 2 * j), unit(pk, 2 * j + 1))
     if ok:
-        return v, l1v
+        return lv, l1v
     rk = mix(pk ^ (np.uint64(j + 1) * _GROUP_KEY))
-    v, l1v, ok = _pick_round(alpha, b, unit(rk, 2), unit(rk, 3))
+    lv, l1v, ok = _pick_round(alpha, b, unit(rk, 2), unit(rk, 3))
     if ok:
-        return v, l1v
+        return lv, l1v
     return _pick_rejected(alpha, b, pk, j)
 
 
@@ -689,7 +689,7 @@ def _dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
       (only the running rest is carried), where the splits down the heavier halves are a
       chain, and at alpha = 0.05 a group of 50 tokens (concentration 2.5) needs about as
       many picks as a split walk needs splits per listed rank, without its chain:
-      Dirichlet(0.05, 200) at P = 1024 ran 1.37x faster than with splits alone
+      Dirichlet(0.05, 200) at P = 1024 ran 1.35-1.47x faster than with splits alone
       (``benchmarks/README.md``, issue 23's eighth round).
 
     So a token's log-probability is the same number whichever groups are visited: the
@@ -1165,7 +1165,8 @@ def dist_next(fpar, ipar, data, key, d, lf, li, head):
     """Log-probability of the next rank of level ``d`` (``-inf`` when exhausted).
 
     One exit point: numba's reference-count pruning then removes every incref/decref
-    of the array arguments, and LLVM inlines this into the tree pass.
+    of the array arguments. It stays a call in the tree pass (a function of its own in
+    ``perf`` profiles), which reads DIRICHLET levels through :func:`listed_next`.
     """
     kind = li[d, 0]
     c = li[d, 2]
