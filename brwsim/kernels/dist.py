@@ -554,8 +554,11 @@ def _pick_round(alpha, b, u, w):
     (log V, log(1 - V), accepted)."""
     l1v = -neg_log(u) / b
     if l1v > _PICK_EXPM1:
-        # V < 1 - exp(-1/32): expm1 keeps its digits (1 - exp would lose up to all of them)
-        v = -math.expm1(l1v)
+        # V < 1 - exp(-1/32): V = -expm1(l1v) by its Taylor series to l1v**9 (relative
+        # error below 1e-19 here; 1 - exp would lose up to all of V's digits), inline
+        x = l1v
+        v = -x * (1.0 + x * (1.0 / 2.0 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 + x * (
+            1.0 / 720.0 + x * (1.0 / 5040.0 + x * (1.0 / 40320.0 + x * (1.0 / 362880.0)))))))))
         nlv = neg_log(v) if v > 0.0 else np.inf
     else:
         e = exp_neg(l1v)                # 1 - V; V = 1 - e loses at most 5 bits
