@@ -600,14 +600,15 @@ def _pick_fraction(alpha, b, pk, j):
     2i + 1 of a stream of the pick's own; after ``_PICK_ROUNDS`` rounds (never seen) the
     exact :func:`_log_beta_split` takes over. Rounds 0 and 1 are inline, later ones a call.
 
-    log V keeps its accuracy at both ends: a V below 1 - exp(-1/32) comes from expm1
-    (1 - exp would lose its digits); a V above 15/16 gives log V = -2 atanh(s),
+    log V keeps its accuracy at both ends: a V below 1 - exp(-1/32) comes from expm1's
+    Taylor series (1 - exp would lose its digits); a V above 15/16 gives log V = -2 atanh(s),
     s = (1 - V) / (1 + V), by its series (relative accuracy, so a token of share
     1 - 1e-20 is not rounded to a log-probability of 0 or above). The logarithms and the
     exponential are :func:`~brwsim.kernels.special.neg_log`'s and
     :func:`~brwsim.kernels.special.exp_neg`'s (within 1.5e-14 absolute and 4.4e-16
     relative of libm's), inline: a libm call in the picks' loop costs more than its own
-    time, and replacing them took a pick from 44 to 37 ns (2e6 independent picks).
+    time, and replacing them took a pick from 44 to 37 ns (2e6 independent picks); the
+    last one, expm1's, +3% on Dirichlet(0.05, 200)'s pass.
     """
     lv, l1v, ok = _pick_round(alpha, b, unit(pk, 2 * j), unit(pk, 2 * j + 1))
     if ok:
