@@ -446,7 +446,7 @@ _SORT_PLAIN = 32        # _sort_descending: insertion sort up to this many entri
 _CDF_HEADER = 6         # brwsim.families.betaquantile.CDF_HEADER (_split_empty)
 # size-biased picks (_dirichlet_picks): rounds of rejection per pick before the exact
 # fall-back; below these bounds on log(1 - V) and above them on 1 - V, log V comes from
-# expm1 and from the atanh series (_pick_round)
+# expm1's Taylor series and from the atanh series (_pick_round)
 _PICK_ROUNDS = 64
 _PICK_EXPM1 = -1.0 / 32.0
 _PICK_SERIES = 1.0 / 16.0

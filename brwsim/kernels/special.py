@@ -215,8 +215,8 @@ def neg_log(u):
 
 # exp_neg(x) = exp(x) for x <= 0 without libm: x = (64 k + i) ln2 / 64 + r, |r| <= ln2 / 128,
 # exp(x) = 2**k 2**(i/64) exp(r), 2**(i/64) from a table and exp(r) by its Taylor series to
-# r**6 (remainder below 1e-19); measured relative error against libm's exp at most 2.3e-16
-# (tests/unit/test_special_fast.py). Below _EXP_NEG_MIN it returns 0 (exp < 2**-1022 there).
+# r**6 (remainder below 1e-19); measured relative error against libm's exp at most 4.4e-16
+# (tests/unit/test_dirichlet_picks.py). Below _EXP_NEG_MIN it returns 0 (exp is subnormal there).
 _EXP_I_BITS = 6
 _EXP_TAB = 2.0 ** (np.arange(1 << _EXP_I_BITS) / (1 << _EXP_I_BITS))
 _EXP_INV_STEP = (1 << _EXP_I_BITS) / math.log(2.0)
@@ -229,7 +229,7 @@ _EXP_NEG_MIN = -708.0
 
 @inline_kernel
 def exp_neg(x):
-    """exp(x) for x <= 0, within about 2.3e-16 (relative) of libm's, inline (no call)."""
+    """exp(x) for x <= 0, within 4.4e-16 (relative, measured) of libm's, inline (no call)."""
     if x < _EXP_NEG_MIN:
         return 0.0
     n = np.int64(math.floor(x * _EXP_INV_STEP + 0.5))
