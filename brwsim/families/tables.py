@@ -214,13 +214,22 @@ def spline_starts_floors(coef: np.ndarray, x0: float, inv_h: float) -> tuple[np.
     return starts, v - 1e-9 * (1.0 + np.abs(v))
 
 
+_NARROW = 1e-6     # ranges of exponents narrower than this: a Taylor polynomial, no spline
+
+
 def zipf_norm_table(s_lo: float, s_hi: float, vocab: int, n_int: int = 1024) -> np.ndarray:
     """Spline of log sum_{i<=vocab} i**-s over s in [s_lo, s_hi] (relative error < 1e-12).
 
-    A zero-width range gives one constant interval.
+    A zero-width range gives one constant interval, and one narrower than ``_NARROW`` one
+    interval of log Z's Taylor polynomial at s_lo (its terms beyond the square are below
+    1e-16 there): the grid of a spline would repeat floating-point values.
     """
     if s_hi <= s_lo:
         c = math.log(zipf_sum(vocab, s_lo, 0))
         return np.array([[c, 0.0, 0.0, 0.0]])
+    if s_hi - s_lo < _NARROW:
+        z0, z1, z2 = (zipf_sum(vocab, s_lo, k) for k in range(3))
+        m1 = z1 / z0
+        return np.array([[math.log(z0), -m1, 0.5 * (z2 / z0 - m1 * m1), 0.0]])
     s = np.linspace(s_lo, s_hi, n_int + 1)
     return _spline_coef(s, np.log([zipf_sum(vocab, v, 0) for v in s]))

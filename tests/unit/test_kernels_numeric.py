@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from brwsim import Zipf
+from brwsim import Zipf, simulate
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
 from brwsim.kernels import dist as K
 from brwsim.kernels.rng import gamma, mix, unit
@@ -46,6 +46,21 @@ def test_zipf_norm_table():
     for s in np.linspace(0.8, 1.6, 37):
         got = spline_eval(table.ravel(), 0, table.shape[0], 0.8, inv_h, s)
         assert got == pytest.approx(np.log(zipf_sum(32000, s, 0)), abs=1e-12)
+
+
+@pytest.mark.parametrize("width", [2e-13, 1e-9, 9e-7])
+def test_zipf_norm_table_over_a_narrow_range(width):
+    """Ranges a spline's grid cannot resolve (its points would repeat floats) get one
+    Taylor interval: finite, within 1e-12 of log Z; before, a spread of 1e-13 gave NaN
+    normalisers and a run ended in "fewer than P nodes"."""
+    lo = 1.5 - width / 2
+    table = zipf_norm_table(lo, lo + width, 40)
+    assert table.shape == (1, 4) and np.isfinite(table).all()
+    for s in np.linspace(lo, lo + width, 7):
+        got = spline_eval(table.ravel(), 0, 1, lo, 1.0 / width, s)
+        assert got == pytest.approx(np.log(zipf_sum(40, s, 0)), abs=1e-12)
+    ds = simulate(Zipf(1.5, 40, spread=width / 2), [1, 10], 2, seed=0)
+    assert np.isfinite(ds.expected_accepted.values).all()
 
 
 @pytest.mark.parametrize("s, spread", [(1.5, 0.4), (1.1, 0.3), (0.7, 0.0)])
