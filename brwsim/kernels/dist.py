@@ -944,7 +944,7 @@ _LOG = np.array([math.log(float(i)) if i > 0 else NEG_INF for i in range(_N_LOG)
 
 
 @inline_kernel
-def _log_int(i):
+def log_int(i):
     """log(i) for an integer i >= 1 (a table below _N_LOG)."""
     return _LOG[i] if i < _N_LOG else math.log(float(i))
 
@@ -1035,7 +1035,7 @@ def _closed_next(fpar, ipar, data, kind, c, r, d, lf, li):
     out = NEG_INF
     if kind == ZIPF:
         if r < li[d, 3]:
-            out = -lf[d, 0] * _log_int(r + 1) - lf[d, 1]
+            out = -lf[d, 0] * log_int(r + 1) - lf[d, 1]
     elif kind == GEOMETRIC:
         out = lf[d, 1] if r == 0 else lf[d, 1] + r * lf[d, 0]
     elif kind == UNIFORM:
@@ -1051,7 +1051,7 @@ def _closed_next(fpar, ipar, data, kind, c, r, d, lf, li):
     elif kind == PEAKED:
         i = r + 1 - li[d, 3]              # next Zipf index, 1-based
         if i <= ipar[c, 2] - 1:
-            out = lf[d, 1] - lf[d, 2] * _log_int(i)
+            out = lf[d, 1] - lf[d, 2] * log_int(i)
         if li[d, 3] == 0 and lf[d, 0] >= out:
             li[d, 3] = 1
             out = lf[d, 0]

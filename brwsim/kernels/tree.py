@@ -32,6 +32,12 @@ position collected so far (:func:`_walk`, :func:`_lower`): a star-shaped tree (t
 own ranks, as Dirichlet(0.05, 32000) at P = 256) then stops near P_max nodes whatever the
 aim. The trees never depend on the thresholds.
 
+Runs of i.i.d. Zipf laws with a spread of exponents (one component, P_max at least
+:data:`brwsim.kernels.levels.LEVEL_MIN_P`) collect the same nodes level by level
+(:func:`brwsim.kernels.levels.level_pass`), out of pre-order: a short pass is repeated,
+not continued, and ties at a cut send the root back to :func:`_collect`, as for a
+continued pass.
+
 Families of i.i.d. nodes whose components are all closed-form (Zipf, geometric, uniform,
 table, bank, Peaked and their mixtures: :func:`brwsim.kernels.dist.closed_form`) are read
 through small helpers inlined into the pass; every other family (order statistics, the
@@ -66,7 +72,9 @@ from brwsim.kernels.dist import (
     listed_next,
     orderstat_child_empty,
 )
+from brwsim.kernels.levels import level_buffers, level_family, level_pass
 from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
+from brwsim.kernels.special import exp_neg
 
 _SCALE = 1099511627776.0          # 2**40: fixed-point limb
 _INV_SCALE = 1.0 / _SCALE
@@ -581,11 +589,23 @@ def _select_by(n, key, dep, order, budgets):
 
 
 @inline_kernel
-def _limbs(x):
-    """exp(-x) as two int64 limbs of 2**-40 and 2**-80 (sums of limbs are exact)."""
-    y = math.exp(-x) * _SCALE
+def _split_limbs(w):
+    """A probability w as two int64 limbs of 2**-40 and 2**-80 (sums of limbs are exact)."""
+    y = w * _SCALE
     h = math.floor(y)
     return np.int64(h), np.int64(round((y - h) * _SCALE))
+
+
+@inline_kernel
+def _limbs(x):
+    """exp(-x) as two int64 limbs of 2**-40 and 2**-80 (:func:`_split_limbs`).
+
+    exp is :func:`brwsim.kernels.special.exp_neg` (within 4.4e-16 of libm's), not libm's:
+    inline, so :func:`_score_nested`'s loop of them vectorises, and the sums no longer
+    depend on the platform's libm (issue 23, ninth round: E[X | T] moved by at most a few
+    1e-16 against earlier versions; trees, X and depths did not change).
+    """
+    return _split_limbs(exp_neg(-x))
 
 
 @inline_kernel
@@ -641,17 +661,28 @@ def _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_ou
     return zone
 
 
-# Bucket scoring (:func:`_score_nested`): per-bucket rows of ``sel``, one cache line each.
+# Bucket scoring (:func:`_score_nested`): rows of ``sel[0]``, one per quantity, a column
+# per bucket or per accumulator (dense rows: each loop over the nodes reads one or two)
 _B_CUM = 0      # count, then the number of nodes in the buckets before this one
-_B_HI = 1       # fixed-point limbs of the bucket's path probabilities
-_B_LO = 2
-_B_ON = 3       # path nodes in the bucket
-_B_DEP = 4      # deepest node in the bucket
-_B_FILL = 5     # boundary bucket: next free slot of its members in ``order``; else -1
+_B_SEG = 1      # below the largest budget's bucket: the first budget whose bucket is above
+_B_HI = 2       # accumulators: fixed-point limbs of path probabilities, _B_LANES per budget
+_B_LO = 3
+_B_ON = 4       # path nodes, per budget
+_B_FILL = 5     # a budget's bucket: next free slot of its members in ``order``; else -1
 SEL_COLS = 6
 SEL_ROWS = 1 << 16  # at most this many buckets
 _B_PER = 8      # nodes per bucket aimed at
 _B_ZONE = 20.0  # tie-zone half-width checked around a budget's cut, in TIE_REL |v|
+_B_LANES = 8    # accumulators per budget (a power of 2): consecutive nodes add into different ones
+
+
+@njit_cached
+def _score_buffers(cap):
+    """Scratch of :func:`_score_nested` for passes of up to ``cap`` nodes: SEL_COLS rows of
+    per-bucket (or per-accumulator) integers, each node's bucket, each node's path
+    probability, and each depth's lowest bucket."""
+    return (np.empty((SEL_COLS, min(SEL_ROWS, cap // _B_PER) + 2), np.int64),
+            np.empty(cap, np.int32), np.empty(cap), np.empty(cap + 1, np.int64))
 
 
 @kernel
@@ -670,99 +701,136 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
     """:func:`_select_nested`'s outputs, by buckets of position instead of nested selections.
 
     The positions' range is cut into about n / 8 equal buckets (a monotone map, so every
-    node of a lower bucket has a smaller or equal position). One pass counts the
-    buckets; the cumulative counts give the bucket holding each budget's k-th node; a
-    second pass adds every node below the largest budget's bucket into its bucket's sums
-    (two-limb fixed point, path nodes, deepest node) and lists the members of the
-    budgets' buckets at their counting-sort places in ``order``. A budget's tree is then
-    the buckets below its own plus the first members of its bucket by :func:`_select`.
+    node of a lower bucket has a smaller or equal position). One pass counts the buckets
+    (and keeps each node's); the cumulative counts give the bucket B_j holding each
+    budget's k-th node. A node of bucket b belongs to the trees of the budgets j with
+    B_j > b, so it is added, in two-limb fixed point, to the accumulators of the first of
+    them (``_B_LANES`` per budget, taken in turn, so that consecutive additions do not wait
+    on each other); each depth records its lowest bucket, each path node its budget; the
+    members of the budgets' buckets are listed at their counting-sort places in
+    ``order``. Each loop does one thing (the path probabilities exp(-S) have a loop of
+    their own, which vectorises): measured 17 -> 7 ns a node. A budget's tree is then its
+    accumulators and those of the budgets before it, the depths whose lowest bucket is
+    below B_j, and the first members of B_j by :func:`_select`.
+
     That is T_k exactly when no node of another bucket can tie with the k-th node: the
     zone of +-``_B_ZONE`` TIE_REL |v| around it must lie inside its bucket (a node tied
-    with it lies within 2 TIE_REL of it). Otherwise, or when the positions are all
-    equal, or a quarter of them share the largest budget's bucket (a huge tie), or the
-    caller knows the family's positions tie (``ties``), :func:`_select_nested` scores
-    the iteration instead. Sums of integer limbs
-    do not depend on the order of addition: the outputs are the same bits as
-    :func:`_select_nested`'s. Returns (True when the buckets scored it, the largest tie zone of the
-    selections, :func:`_select`).
+    with it lies within 2 TIE_REL of it). Otherwise, or when the positions are all equal,
+    or a quarter of them share the largest budget's bucket (a huge tie), or the caller
+    knows the family's positions tie (``ties``), or there are too few buckets for the
+    accumulators, :func:`_select_nested` scores the iteration instead. ``sel``:
+    :func:`_score_buffers`. Sums of integer limbs do not depend on the order of
+    addition: the outputs are the same bits as :func:`_select_nested`'s. Returns (True
+    when the buckets scored it, the largest tie zone of the selections, :func:`_select`).
     """
     m = budgets.shape[0]
     if ties:
         return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out,
                                      col)
-    nb = min(sel.shape[0] - 1, max(1, n // _B_PER))
+    rows, bid, wgt, dlow = sel
+    nb = min(rows.shape[1] - 1, max(1, n // _B_PER))
     x0 = np.inf
     x1 = -np.inf
+    d_max = 0
     for i in range(n):
         x = pos[i]
         if x < x0:
             x0 = x
         if x > x1:
             x1 = x
-    if nb < 2 or not (x1 > x0) or math.isinf(x1 - x0):
+        if dep[i] > d_max:
+            d_max = dep[i]
+    lanes = _B_LANES                     # fewer when the rows are short (few nodes, many budgets)
+    while lanes > 1 and m * lanes > rows.shape[1]:
+        lanes >>= 1
+    if (nb < 2 or not (x1 > x0) or math.isinf(x1 - x0) or m * lanes > rows.shape[1]
+            or d_max >= dlow.shape[0]):
         return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out,
                                      col)
     # half a bucket of margin at either end: positions on a lattice (exact ties) whose
     # extremes are x0 and x1 then fall on bucket edges only by accident
     inv = (nb - 1) / (x1 - x0)
     x0 -= 0.5 / inv
-    for b in range(nb):
-        sel[b, _B_CUM] = 0
-        sel[b, _B_HI] = 0
-        sel[b, _B_LO] = 0
-        sel[b, _B_ON] = 0
-        sel[b, _B_DEP] = 0
-        sel[b, _B_FILL] = -1
+    cnt = rows[_B_CUM]
+    fill = rows[_B_FILL]
+    for b in range(nb + 1):
+        cnt[b] = 0
+        fill[b] = -1
+    for d in range(d_max + 1):
+        dlow[d] = nb
     for i in range(n):
-        sel[_bucket(pos[i], x0, inv, nb), _B_CUM] += 1
+        b = _bucket(pos[i], x0, inv, nb)
+        bid[i] = b
+        cnt[b] += 1
+        if b < dlow[dep[i]]:
+            dlow[dep[i]] = b
     c = 0
     for b in range(nb):
-        k = sel[b, _B_CUM]
-        sel[b, _B_CUM] = c
+        k = cnt[b]
+        cnt[b] = c
         c += k
-    sel[nb, _B_CUM] = c
-    # each budget's bucket (budgets ascending, so are their buckets)
+    cnt[nb] = c
+    # each budget's bucket (budgets ascending, so are their buckets), and each bucket
+    # below the largest's, the first budget whose bucket is above it
+    seg = rows[_B_SEG]                   # 2 j + 1 where a budget's members are listed
     b = 0
     top = 0
     for j in range(m):
-        while sel[b + 1, _B_CUM] < budgets[j]:
+        while cnt[b + 1] < budgets[j]:
+            seg[b] = 2 * j + (1 if fill[b] >= 0 else 0)
             b += 1
-        sel[b, _B_FILL] = sel[b, _B_CUM]
+        fill[b] = cnt[b]
+        seg[b] = 2 * j + 1
         top = b
-    if 4 * (sel[top + 1, _B_CUM] - sel[top, _B_CUM]) > n:
+    if 4 * (cnt[top + 1] - cnt[top]) > n:
         # a quarter of the nodes in one bucket (a huge tie): the buckets would not help
         return False, _select_nested(n, pos, dep, onpath, order, budgets, acc_out, exp_out, dep_out,
                                      col)
     for i in range(n):
-        b = _bucket(pos[i], x0, inv, nb)
-        if b < top:
-            h, low = _limbs(pos[i])
-            sel[b, _B_HI] += h
-            sel[b, _B_LO] += low
-            sel[b, _B_ON] += onpath[i]
-            if dep[i] > sel[b, _B_DEP]:
-                sel[b, _B_DEP] = dep[i]
-        if b <= top and sel[b, _B_FILL] >= 0:
-            order[sel[b, _B_FILL]] = i
-            sel[b, _B_FILL] += 1
-    # per budget: the buckets below its own, then the first members of its own
+        wgt[i] = exp_neg(-pos[i])          # as _limbs (the same bits), vectorised
+    a_hi = rows[_B_HI]
+    a_lo = rows[_B_LO]
+    a_on = rows[_B_ON]
+    for a in range(m * lanes):
+        a_hi[a] = 0
+        a_lo[a] = 0
+        a_on[a] = 0
+    for i in range(n):
+        b = bid[i]
+        if b <= top:
+            v = seg[b]
+            if b < top:
+                h, low = _split_limbs(wgt[i])
+                a = (v >> 1) * lanes + (i & (lanes - 1))
+                a_hi[a] += h
+                a_lo[a] += low
+            if v & 1:
+                order[fill[b]] = i
+                fill[b] += 1
+    for i in range(n):
+        if onpath[i] != 0 and bid[i] < top:
+            a_on[(seg[bid[i]] >> 1) * lanes] += onpath[i]
+    # per budget: the accumulators of the budgets up to it, then the first members of its bucket
     p_hi = 0
     p_lo = 0
     n_path = 0
-    max_dep = 0
     zone = 0
     b = 0
     for j in range(m):
         k = budgets[j]
-        while sel[b + 1, _B_CUM] < k:
-            p_hi += sel[b, _B_HI]
-            p_lo += sel[b, _B_LO]
-            n_path += sel[b, _B_ON]
-            if sel[b, _B_DEP] > max_dep:
-                max_dep = sel[b, _B_DEP]
+        for a in range(j * lanes, (j + 1) * lanes):
+            p_hi += a_hi[a]
+            p_lo += a_lo[a]
+            n_path += a_on[a]
+        while cnt[b + 1] < k:
             b += 1
-        lo = sel[b, _B_CUM]
-        hi = sel[b + 1, _B_CUM]
+        max_dep = 0
+        for d in range(d_max, 0, -1):
+            if dlow[d] < b:
+                max_dep = d
+                break
+        lo = cnt[b]
+        hi = cnt[b + 1]
         zone = max(zone, _select(order, lo, hi, k, pos, dep))
         q_hi, q_lo, q_path, q_dep, v = _add_nodes(order, lo, k, pos, dep, onpath, p_hi, p_lo,
                                                   n_path, max_dep)
@@ -903,13 +971,13 @@ def new_workspace(p_max, head_cap):
     cap = 6 * p_max + 64
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(first_levels(head_cap), head_cap)
     pos, dep, onpath, order = _node_buffers(cap)
-    sel = np.empty((min(SEL_ROWS, cap // _B_PER) + 2, SEL_COLS), np.int64)
+    sel = _score_buffers(cap)
     nkey, nxt, nrk = _record_buffers(cap)
     own = np.empty(keys.shape[0], np.int64)
     flags = np.zeros(3)
     flags[2] = 1.0
     return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
-            nrk, own, flags)
+            nrk, own, flags, level_buffers(cap))
 
 
 @njit_cached
@@ -937,18 +1005,21 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     depth cap have a positive path probability.
     """
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags) = ws
+     own, flags, lv) = ws
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
     if closed and flags[0] == 0.0 and _lattice(kinds, fpar):
         flags[0] = 1.0
-    resume = closed and root_mode == ROOT_DRAW and flags[0] == 0.0
+    # i.i.d. Zipf laws with a spread of exponents: passes level by level (kernels.levels),
+    # not in pre-order, so neither continued nor lowered; a short pass is repeated
+    level = root_mode == ROOT_DRAW and flags[0] == 0.0 and level_family(kinds, fpar, closed, p_max)
+    resume = closed and root_mode == ROOT_DRAW and flags[0] == 0.0 and not level
     mode = AIM_TIES if flags[0] == 1.0 else (AIM_RESUME if resume else AIM_REPEAT)
     # a pass that is not continued lowers its cut-off as it goes (_walk); its overshoot is
     # then cheap, so the next root is aimed as for continuous counts even where some
     # positions tie (a lazy family's tail), though not on a lattice (counts in steps)
-    p_stop = 0 if mode == AIM_RESUME else p_max
+    p_stop = 0 if mode == AIM_RESUME or level else p_max
     aim_mode = AIM_REPEAT if p_stop > 0 and not closed else mode
     passes = 0
     short = False
@@ -964,10 +1035,15 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     fu = 0.0
     fc = 0.0
     fresh = True
-    resumed = False
+    resumed = False                 # the nodes are not in pre-order (continued, or by levels)
     lowered = False
     while True:
-        if fresh:
+        if fresh and level:
+            n0 = 0
+            resumed = True
+            lowered = False
+            n = level_pass(fpar, ipar, data, rkey, _tie_cut(t), cap, cut, top, pos, dep, onpath, lv)
+        elif fresh:
             li[0, CTX_I] = root_ci
             lf[0, CTX_F] = root_cf
             n0 = 0
@@ -998,7 +1074,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
         done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = _after_pass(
             pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short)
         fresh = n == _ABORT or not resume
-        if fresh:
+        if fresh and not level:
             resumed = False
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
@@ -1006,6 +1082,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
             nkey, nxt, nrk = _record_buffers(cap)
+            lv = level_buffers(cap)
+            sel = _score_buffers(cap)
         if done:
             zone = _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
                                  dep_out, col, flags[0] == 1.0)[1]
@@ -1016,12 +1094,13 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             # ties may be broken by pre-order: collect the root again at the final threshold
             fresh = True
             resumed = False
+            level = False
             continue
         if t > T_LIMIT:             # the threshold passed every positive path probability
             return TOO_FEW, t, ws      # (the caller stops: an error)
     flags[1] = _tune(flags[1], short, aim_mode)
     ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
-          nrk, own, flags)
+          nrk, own, flags, lv)
     # (a lowered pass's threshold is where P_max nodes lie, whatever ties it holds)
     return visited, _aim(p_max if lowered else n, p_max, t, aim_mode, flags[1], flags[2]), ws
 
@@ -1100,7 +1179,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     :func:`grow_tree`.
     """
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags) = ws
+     own, flags, lv) = ws
     n_roots = rkeys.shape[0]
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth
@@ -1145,6 +1224,8 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             cap *= 2
             pos, dep, onpath, order = _node_buffers(cap)
             nkey, nxt, nrk = _record_buffers(cap)
+            lv = level_buffers(cap)
+            sel = _score_buffers(cap)
         if done:
             break
         if t > T_LIMIT:
@@ -1154,7 +1235,7 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
         flags[0] = 1.0              # exact ties: aim as for them (see grow_tree)
     flags[1] = _tune(flags[1], short, mode)
     ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
-          nrk, own, flags)
+          nrk, own, flags, lv)
     return visited, _aim(n, p_max, t, mode, flags[1], flags[2]), ws, n
 
 

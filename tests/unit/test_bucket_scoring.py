@@ -22,7 +22,7 @@ def _score(fn, pos, dep, onpath, budgets):
     dp = np.zeros((m, 1), np.int32)
     order = np.empty(n + 8, np.int32)
     if fn == "buckets":
-        sel = np.empty((n // 8 + 2, T.SEL_COLS), np.int64)
+        sel = T._score_buffers(n)
         used, _ = T._score_nested(n, pos, dep, onpath, order, sel, budgets, acc, ex, dp, 0, False)
     else:
         T._select_nested(n, pos, dep, onpath, order, budgets, acc, ex, dp, 0)

@@ -23,7 +23,7 @@ FAMILIES = [Dirichlet(0.05, 200), Dirichlet(0.05, 32000), Uniform(3), Zipf(1.5, 
 
 def _pass(spec, ws, key, t, p_stop):
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags) = ws
+     own, flags, _) = ws
     closed = closed_form(spec.kinds, spec.cprog)
     top = T._top_bound(spec.kinds, spec.fpar, closed)
     out = T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,

@@ -23,7 +23,7 @@ FAMILIES = [Zipf(1.5, 128000, spread=0.4), Peaked(4.0, 0.5, 1.1, 32000),
 
 def _pass(spec, ws, key, t, p_max, first=None):
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags) = ws
+     own, flags, _) = ws
     closed = closed_form(spec.kinds, spec.cprog)
     top = T._top_bound(spec.kinds, spec.fpar, closed)
     args = (pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)

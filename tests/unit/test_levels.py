@@ -1,0 +1,115 @@
+"""The level-by-level pass (``kernels.levels``) against the depth-first pass and the heapq reference.
+
+A level pass at cut-off t must hold exactly the nodes of ``tree._collect`` at t (same
+positions, depths and path flags, in another order), with and without a depth cap, and
+abort where ``_collect`` does; whole runs that use it must give the heapq reference's
+trees, also where near-ties at a budget's cut send a root back to the depth-first pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from brwsim import Dirichlet, Peaked, Zipf, simulate
+from brwsim.environment import path_uniform
+from brwsim.kernels import tree as T
+from brwsim.kernels.dist import ROOT_DRAW, closed_form
+from brwsim.kernels.levels import LEVEL_MIN_P, level_family, level_pass
+from brwsim.kernels.rng import root_key
+from brwsim.reference import best_first, env_provider
+from brwsim.simulate import seed_key, validate_budgets
+from tests.unit.test_resume import _nodes, _pass
+from tests.unit.test_tree import _check_reference
+
+FAMILIES = [Zipf(1.5, 128000, spread=0.4), Zipf(1.2, 50, spread=0.5), Zipf(1.1, 32000, spread=0.3)]
+
+
+def _level(spec, ws, key, t, cut, cap=None):
+    closed = closed_form(spec.kinds, spec.cprog)
+    top = T._top_bound(spec.kinds, spec.fpar, closed)
+    cap = ws[0].shape[0] if cap is None else cap
+    return level_pass(spec.fpar, spec.ipar, spec.data, key, T._tie_cut(t), cap, cut, top, ws[0],
+                      ws[1], ws[2], ws[18])
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=repr)
+def test_a_level_pass_holds_exactly_the_depth_first_nodes(family):
+    spec = family.spec()
+    ws = T.new_workspace(4096, spec.head_cap)
+    checked = paths = 0
+    for i in range(30):
+        key = np.uint64(0x9E3779B97F4A7C15 * (i + 1) % 2**63)
+        for t in (0.5, 4.0, 9.0):
+            for cut in (4096, 3):
+                n = _level(spec, ws, key, t, cut)
+                got = _nodes(ws, n)
+                want_n = _pass(spec, ws, key, t, cut)[0]
+                assert got == _nodes(ws, want_n)
+                checked += n
+                paths += sum(f for _, _, f in got)
+    assert checked > 20000 and paths > 50      # trees of many nodes, paths followed
+
+
+def test_a_level_pass_beyond_its_capacity_aborts_as_the_depth_first_pass():
+    spec = FAMILIES[0].spec()
+    ws = T.new_workspace(4096, spec.head_cap)
+    key = np.uint64(12345)
+    full = _level(spec, ws, key, 6.0, 4096)
+    assert full > 100
+    assert _level(spec, ws, key, 6.0, 4096, cap=full) == full
+    assert _level(spec, ws, key, 6.0, 4096, cap=full - 1) == T._ABORT
+    closed = closed_form(spec.kinds, spec.cprog)
+    top = T._top_bound(spec.kinds, spec.fpar, closed)
+    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
+     own, flags, _) = ws
+    got = T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
+                     key, -1, 6.0, full - 1, 4096, pos, dep, onpath, nkey, nxt, nrk, own, keys,
+                     s_lev, on_lev, u_lev, c_lev, lf, li, head, 0, order)[0]
+    assert got == T._ABORT
+
+
+def test_which_runs_pass_by_levels():
+    """Zipf with a spread, at P_max >= LEVEL_MIN_P; never lattices, mixtures or other kinds."""
+    for fam, expected in ((FAMILIES[0], True), (Zipf(1.5, 1000), False), (Peaked(4.0, 0.5, 1.1, 32000), False),
+                          (Dirichlet(0.05, 200), False)):
+        spec = fam.spec()
+        closed = closed_form(spec.kinds, spec.cprog)
+        assert level_family(spec.kinds, spec.fpar, closed, LEVEL_MIN_P) == expected
+        assert not level_family(spec.kinds, spec.fpar, closed, LEVEL_MIN_P - 1)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=repr)
+def test_runs_passed_by_levels_match_the_heapq_reference(family):
+    _check_reference(family, budgets=[1, 5, 64, LEVEL_MIN_P, 1000], iterations=5, seed=17, k=2048)
+
+
+@pytest.mark.parametrize("cap", [3, 6])
+def test_depth_capped_runs_passed_by_levels_match_the_capped_reference(cap):
+    from brwsim.policies import Optimal
+    family, seed, budgets = FAMILIES[1], 9, [1, 10, 100, 400]
+    ds = simulate(family, budgets, 3, seed=seed, policies=[Optimal(max_depth=cap)])
+    for it in range(3):
+        e, a, d = best_first(env_provider(family, seed, it, k=64), budgets,
+                             lambda p, it=it: path_uniform(seed, it, p), max_depth=cap)
+        np.testing.assert_allclose(ds.expected_accepted.values[0, :, it], e, rtol=0, atol=1e-12)
+        assert list(ds.accepted.values[0, :, it]) == a
+        assert list(ds.depth.values[0, :, it]) == d
+        assert max(d) <= cap
+
+
+def test_near_ties_at_a_cut_fall_back_to_the_depth_first_pass():
+    """A spread of 1e-13 leaves positions of equal rank multisets within TIE_REL of each
+    other: ties at the cuts, which pre-order breaks, so the roots are collected again depth
+    first (and later roots are, as for a lattice); the trees are still the reference's."""
+    family = Zipf(1.5, 40, spread=1e-13)
+    spec = family.spec()
+    assert level_family(spec.kinds, spec.fpar, closed_form(spec.kinds, spec.cprog), 300)
+    budgets = validate_budgets([3, 50, 300])
+    ws = T.new_workspace(300, spec.head_cap)
+    out = np.zeros((3, 1), np.int32), np.zeros((3, 1)), np.zeros((3, 1), np.int32)
+    T.grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
+                np.uint64(root_key(seed_key(2), 0)), ROOT_DRAW, 0, 0.0, budgets, T.NO_DEPTH_CAP,
+                T.start_threshold(300), ws, *out, 0)
+    assert ws[17][0] == 1.0         # the first root met ties at a cut (and was collected again)
+    _check_reference(family, budgets=[3, 50, 300], iterations=4, seed=2, k=40)
