@@ -10,6 +10,7 @@ are the only places that unpack a :class:`~brwsim.kernels.spec.Spec` for the tre
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from brwsim.kernels.tree import (
     NO_DEPTH_CAP,
     TOO_FEW,
     forest_chunk,
+    new_workspace,
     simulate_chunk,
     start_threshold,
 )
@@ -80,6 +82,27 @@ def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (np.empty((m, count), np.int32), np.empty((m, count)), np.empty((m, count), np.int32))
 
 
+_WORKSPACE = threading.local()
+
+
+def _workspace(p_max: int, spec: Spec) -> tuple[tuple, bool]:
+    """This thread's tree-kernel workspace for a largest budget ``p_max``, kept from its
+    last call when that one had the same (p_max, head_cap): a run's calls (chunks of
+    trees) then reuse the memory the first one touched (one workspace per thread, about
+    70 bytes per node of P_max once touched). Returns it and whether its flags (the
+    thresholds' aim, the ties seen) must be reset: unless the last call ran this very
+    ``spec`` (a run's next chunk)."""
+    key = (p_max, spec.head_cap)
+    fresh = getattr(_WORKSPACE, "spec", None) is not spec
+    if getattr(_WORKSPACE, "key", None) != key:
+        _WORKSPACE.ws = None                 # (released before the new one is made)
+        _WORKSPACE.ws = new_workspace(p_max, spec.head_cap)
+        _WORKSPACE.key = key
+        fresh = True
+    _WORKSPACE.spec = spec
+    return _WORKSPACE.ws, fresh
+
+
 def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
                    t_start: float = math.nan, max_depth: int = NO_DEPTH_CAP
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
@@ -99,9 +122,11 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     acc, exp, dep = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1])
-    visited, t_end = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                    spec.cprog, spec.head_cap, key, first, count, budgets,
-                                    max_depth, t_start, acc, exp, dep)
+    ws, fresh = _workspace(int(budgets[-1]), spec)
+    visited, t_end, ws = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                        spec.cprog, spec.head_cap, key, first, count, budgets,
+                                        max_depth, t_start, acc, exp, dep, ws, fresh)
+    _WORKSPACE.ws = ws
     check_grow_status(visited, max_depth)
     return acc, exp, dep, int(visited), float(t_end)
 

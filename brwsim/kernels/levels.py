@@ -46,6 +46,9 @@ from brwsim.kernels.special import exp_neg, spline_index, spline_poly
 
 _ABORT = -1          # more than ``cap`` nodes (the same code as the tree pass's)
 _EXP_CAP = 11.8      # exp of more than this exceeds every vocabulary (MAX_VOCAB < e**11.8)
+_FIRST = 8           # ranks a node's count tests at once
+# log(r + 1) of those ranks, by the libm log the kernels call (dist.log_int's bits)
+_LOG_FIRST = np.array([math.log(float(r + 1)) for r in range(_FIRST)])
 #: The smallest largest budget passed level by level: below it the continued depth-first
 #: passes are faster (zipf(1.5, 128000, 0.4): 0.94x at P = 64, 1.11x at 256, 1.26x at 4096).
 LEVEL_MIN_P = 256
@@ -86,6 +89,13 @@ def _child_count(S, s, L, t, vocab):
     while est > 0 and not S - ((-s) * log_int(est) - L) <= t:
         est -= 1
     return est
+
+
+@inline_kernel
+def _interval(u, s_lo, s_w, inv_h, n_int):
+    """The spline interval of the exponent drawn with uniform ``u`` in (0, 1]
+    (:func:`brwsim.kernels.special.spline_index` without its branches: s >= s_lo)."""
+    return min(int((s_lo + u * s_w - s_lo) * inv_h), n_int - 1)
 
 
 @inline_kernel
@@ -159,11 +169,21 @@ def level_pass(fpar, ipar, data, rkey, t, cap, cut, top, pos, dep, onpath, lv):
 
 @kernel
 def _counts(eS, es, eL, ne, t, vocab, eoff):
-    """Each of a level's ``ne`` nodes' children at or below t, as offsets into ``eoff``."""
+    """Each of a level's ``ne`` nodes' children at or below t, as offsets into ``eoff``: the
+    exact test of its first ``_FIRST`` ranks at once (a vector compare), and
+    :func:`_child_count` for a node with more (about one in ten at P = 65536)."""
     tot = 0
     for e in range(ne):
+        S = eS[e]
+        s = es[e]
+        L = eL[e]
+        c = 0
+        for r in range(_FIRST):
+            c += 1 if (r < vocab and S - ((-s) * _LOG_FIRST[r] - L) <= t) else 0
+        if c == _FIRST:
+            c = _child_count(S, s, L, t, vocab)
         eoff[e] = tot
-        tot += _child_count(eS[e], es[e], eL[e], t, vocab)
+        tot += c
     eoff[ne] = tot
     return tot
 
@@ -231,17 +251,19 @@ def _set_up(data, off, n_int, s_lo, s_w, inv_h, t, ekey, eS, es, eL, gp, grk, gS
         tu[k] = unit(purpose_key(ck, DIST), 1)
     pe = -1
     ne = 0
+    floors = off + 5 * n_int
     for k in range(m):
         s = s_lo + tu[k] * s_w
-        j = spline_index(n_int, s_lo, inv_h, s)
+        j = _interval(tu[k], s_lo, s_w, inv_h, n_int)
         ekey[ne] = tkey[k]
         eS[ne] = gS[k]
         es[ne] = s
         tj[ne] = j
-        keep = gS[k] + data[off + 5 * n_int + j] <= t
-        if k == pm and keep:
-            pe = ne
-        ne += 1 if keep else 0
+        ne += 1 if gS[k] + data[floors + j] <= t else 0
+    if pm >= 0 and gS[pm] + data[floors + _interval(tu[pm], s_lo, s_w, inv_h, n_int)] <= t:
+        pe = 0                           # its index among the kept: those kept before it
+        for k in range(pm):
+            pe += 1 if gS[k] + data[floors + _interval(tu[k], s_lo, s_w, inv_h, n_int)] <= t else 0
     for e in range(ne):
         j = tj[e]
         eL[e] = spline_poly(data, off + 4 * j, es[e] - data[off + 4 * n_int + j])
