@@ -85,22 +85,19 @@ def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _WORKSPACE = threading.local()
 
 
-def _workspace(p_max: int, spec: Spec) -> tuple[tuple, bool]:
+def _workspace(p_max: int, head_cap: int) -> tuple:
     """This thread's tree-kernel workspace for a largest budget ``p_max``, kept from its
     last call when that one had the same (p_max, head_cap): a run's calls (chunks of
-    trees) then reuse the memory the first one touched (one workspace per thread, about
-    70 bytes per node of P_max once touched). Returns it and whether its flags (the
-    thresholds' aim, the ties seen) must be reset: unless the last call ran this very
-    ``spec`` (a run's next chunk)."""
-    key = (p_max, spec.head_cap)
-    fresh = getattr(_WORKSPACE, "spec", None) is not spec
+    trees) then reuse the memory the first one touched (one workspace per thread, at most
+    about 60 bytes per node of P_max once touched). Its flags (the thresholds' aim, the
+    ties seen) are reset by every call, so a chunk's passes do not depend on the chunks
+    before it (a sweep's ``nodes_visited`` does not depend on its scheduling)."""
+    key = (p_max, head_cap)
     if getattr(_WORKSPACE, "key", None) != key:
         _WORKSPACE.ws = None                 # (released before the new one is made)
-        _WORKSPACE.ws = new_workspace(p_max, spec.head_cap)
+        _WORKSPACE.ws = new_workspace(p_max, head_cap)
         _WORKSPACE.key = key
-        fresh = True
-    _WORKSPACE.spec = spec
-    return _WORKSPACE.ws, fresh
+    return _WORKSPACE.ws
 
 
 def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int,
@@ -122,10 +119,10 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     acc, exp, dep = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1])
-    ws, fresh = _workspace(int(budgets[-1]), spec)
     visited, t_end, ws = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
                                         spec.cprog, spec.head_cap, key, first, count, budgets,
-                                        max_depth, t_start, acc, exp, dep, ws, fresh)
+                                        max_depth, t_start, acc, exp, dep,
+                                        _workspace(int(budgets[-1]), spec.head_cap))
     _WORKSPACE.ws = ws
     check_grow_status(visited, max_depth)
     return acc, exp, dep, int(visited), float(t_end)

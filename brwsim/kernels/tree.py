@@ -12,8 +12,8 @@ depth, then pre-order. The pass collects every node up to ``_tie_cut(t)``, past 
 tied with one <= t; if at least P_max nodes fall below t itself, the P_max first by
 (S with ties, depth, pre-order index) are exactly T_{P_max}; pre-order among tied (S,
 depth) is the lexicographic order of rank paths, so the tie-break does not depend on t.
-:func:`_score_nested` scores every budget from buckets of position: two counting passes,
-then a selection inside each budget's bucket only; :func:`_select_nested` (nested
+:func:`_score_nested` scores every budget from buckets of position: a counting pass, sums
+per budget, then a selection inside each budget's bucket only; :func:`_select_nested` (nested
 quickselects over all nodes, largest budget first, the full order only among the few
 nodes within 8 TIE_REL of the cut, see :func:`_select`) is its fallback. Both sum, per
 budget, the path probabilities (in two-limb fixed point, so the sum is exact and
@@ -1125,22 +1125,22 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
 
 @njit_cached
 def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, budgets,
-                   max_depth, t_start, acc_out, exp_out, dep_out, ws, fresh):
+                   max_depth, t_start, acc_out, exp_out, dep_out, ws):
     """Optimal trees of iterations it0 .. it0 + n_it - 1 (roots drawn from the stationary law).
 
     ``ws`` is a :func:`new_workspace` of this ``head_cap`` for a largest budget of at least
     budgets[-1], used before or not: its buffers are reused, so a call touches no fresh
     memory (first touches of fresh pages cost zipf(1.5, 128000, 0.4) at P = 65536 about
-    20% in calls of 15 trees). With ``fresh`` its flags are reset: what it learnt of
-    another run's thresholds and ties is not carried over (the trees never depend on
-    them; the speed does). Returns (nodes visited by all passes, final threshold, the
-    workspace, which may have grown), or (HUGE_TIE or TOO_FEW, t, ws).
+    20% in calls of 15 trees), and its flags are reset, so what it learnt of earlier
+    calls' thresholds and ties is not carried over: the passes, and the nodes visited,
+    depend only on this call's arguments (the trees never depend on them). Returns
+    (nodes visited by all passes, final threshold, the workspace, which may have grown),
+    or (HUGE_TIE or TOO_FEW, t, ws).
     """
-    if fresh:
-        flags = ws[17]
-        flags[0] = 0.0
-        flags[1] = 0.0
-        flags[2] = 1.0
+    flags = ws[17]
+    flags[0] = 0.0
+    flags[1] = 0.0
+    flags[2] = 1.0
     t = t_start
     visited = 0
     for col in range(n_it):
