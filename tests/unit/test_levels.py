@@ -11,16 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brwsim import Dirichlet, Peaked, Zipf, simulate
-from brwsim.environment import path_uniform
+from brwsim import Dirichlet, Peaked, Zipf
 from brwsim.kernels import tree as T
 from brwsim.kernels.dist import ROOT_DRAW, closed_form
 from brwsim.kernels.levels import LEVEL_MIN_P, level_family, level_pass
 from brwsim.kernels.rng import root_key
-from brwsim.reference import best_first, env_provider
 from brwsim.simulate import seed_key, validate_budgets
 from tests.unit.test_resume import _nodes, _pass
-from tests.unit.test_tree import _check_reference
+from tests.unit.test_tree import _check_capped_reference, _check_reference
 
 FAMILIES = [Zipf(1.5, 128000, spread=0.4), Zipf(1.2, 50, spread=0.5), Zipf(1.1, 32000, spread=0.3)]
 
@@ -86,16 +84,7 @@ def test_runs_passed_by_levels_match_the_heapq_reference(family):
 
 @pytest.mark.parametrize("cap", [3, 6])
 def test_depth_capped_runs_passed_by_levels_match_the_capped_reference(cap):
-    from brwsim.policies import Optimal
-    family, seed, budgets = FAMILIES[1], 9, [1, 10, 100, 400]
-    ds = simulate(family, budgets, 3, seed=seed, policies=[Optimal(max_depth=cap)])
-    for it in range(3):
-        e, a, d = best_first(env_provider(family, seed, it, k=64), budgets,
-                             lambda p, it=it: path_uniform(seed, it, p), max_depth=cap)
-        np.testing.assert_allclose(ds.expected_accepted.values[0, :, it], e, rtol=0, atol=1e-12)
-        assert list(ds.accepted.values[0, :, it]) == a
-        assert list(ds.depth.values[0, :, it]) == d
-        assert max(d) <= cap
+    _check_capped_reference(FAMILIES[1], [1, 10, 100, 400], cap, seed=9, k=64)
 
 
 def test_near_ties_at_a_cut_fall_back_to_the_depth_first_pass():

@@ -123,12 +123,17 @@ def test_depth_capped_optimal_matches_the_capped_heapq_reference(family, cap):
 
     P <= 30 keeps every table family feasible (2 + 4 + 8 + 16 nodes at least within depth 4).
     """
+    _check_capped_reference(family, [1, 3, 10, 30], cap, seed=5, k=256)
+
+
+def _check_capped_reference(family, budgets, cap, seed, k, iterations=3):
+    """optimal(max_depth=cap) against the capped heapq reference on the same environment
+    (also used by test_levels)."""
     from brwsim.policies import Optimal
 
-    seed, budgets = 5, [1, 3, 10, 30]
-    ds = simulate(family, budgets, 3, seed=seed, policies=[Optimal(max_depth=cap)])
-    for it in range(3):
-        e, a, d = best_first(env_provider(family, seed, it, k=256), budgets,
+    ds = simulate(family, budgets, iterations, seed=seed, policies=[Optimal(max_depth=cap)])
+    for it in range(iterations):
+        e, a, d = best_first(env_provider(family, seed, it, k=k), budgets,
                              lambda p, it=it: path_uniform(seed, it, p), max_depth=cap)
         np.testing.assert_allclose(ds.expected_accepted.values[0, :, it], e, rtol=0, atol=1e-12)
         assert list(ds.accepted.values[0, :, it]) == a
