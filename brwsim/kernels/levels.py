@@ -9,8 +9,9 @@ the same nodes level by level, in loops without data-dependent branches:
 
 1. **Counts.** A set-up node at position S with exponent s and log-normaliser L has, at
    cut-off t, exactly the children of rank r < R with S - (-s log(r + 1) - L) <= t (the
-   tree pass's own expression, so the same bits). R starts from exp((t - S - L) / s) and
-   is corrected by the exact test at its ends.
+   tree pass's own expression, so the same bits). The test runs on its first 8 ranks at
+   once (a vector compare); a node with more starts from exp((t - S - L) / s) and
+   corrects it by the exact test at its ends.
 2. **Children.** The level's counts' prefix sums give every child's slot; each slot's
    owner comes from a running maximum, and one flat loop writes the positions, depths
    and path flags and, without a branch, appends the children that may have children of
@@ -28,9 +29,11 @@ and path flags, but not in pre-order: where pre-order breaks a tie at a budget's
 the caller collects the root again depth first (:func:`brwsim.kernels.tree.grow_tree`).
 A short pass is repeated at a higher cut-off, not continued.
 
-Measured on a 2-core AMD EPYC VM (issue 23, ninth round): 14.5 ns per collected node
-against 26 ns for ``_collect`` on the same 30 roots of zipf(1.5, 128000, 0.4) at the
-cut-offs of P = 65536.
+Measured on a 2-core AMD EPYC VM (issue 23, ninth round, benchmarks/README.md): a
+prototype of these loops (without the path and the depths) took 14.5 ns per collected
+node against 26 ns for ``_collect`` on the same 30 roots of zipf(1.5, 128000, 0.4) at
+the cut-offs of P = 65536; whole runs of that family at P = 65536 went from 2.3-2.6e7
+to 4.2-4.7e7 tree nodes per second with this pass and the new scoring.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def level_buffers(cap):
     """Scratch of :func:`level_pass` for passes of up to ``cap`` nodes: a level's nodes
     (key, position, exponent, log-normaliser, children's offsets), its children's owners,
     the next level's candidates (owner, rank, position, key, uniform) and their spline
-    intervals. Untouched pages cost no memory: a pass touches about 30 bytes a node."""
+    intervals. Only the largest level's part is ever touched (untouched pages cost no
+    memory)."""
     m = cap + 2
     return (np.empty(m, np.uint64), np.empty(m), np.empty(m), np.empty(m), np.empty(m, np.int64),
             np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m),

@@ -673,7 +673,7 @@ SEL_COLS = 6
 SEL_ROWS = 1 << 16  # at most this many buckets
 _B_PER = 8      # nodes per bucket aimed at
 _B_ZONE = 20.0  # tie-zone half-width checked around a budget's cut, in TIE_REL |v|
-_B_LANES = 8    # accumulators per budget (a power of 2): consecutive nodes add into different ones
+_B_LANES = 8    # accumulators per budget (a power of 2), consecutive nodes into different ones
 
 
 @njit_cached
@@ -706,10 +706,12 @@ def _score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, de
     budget's k-th node. A node of bucket b belongs to the trees of the budgets j with
     B_j > b, so it is added, in two-limb fixed point, to the accumulators of the first of
     them (``_B_LANES`` per budget, taken in turn, so that consecutive additions do not wait
-    on each other); each depth records its lowest bucket, each path node its budget; the
-    members of the budgets' buckets are listed at their counting-sort places in
-    ``order``. Each loop does one thing (the path probabilities exp(-S) have a loop of
-    their own, which vectorises): measured 17 -> 7 ns a node. A budget's tree is then its
+    on each other; a single budget's are one reduction, which vectorises); each depth
+    records its lowest bucket, each path node its budget; the members of the budgets'
+    buckets are listed at their counting-sort places in ``order``. Each loop does one
+    thing (the path probabilities exp(-S) have a loop of their own, which vectorises):
+    measured 17.2 -> 6.8-7.1 ns a node with 14 budgets, 4.7 with one (benchmarks/README.md,
+    issue 23's ninth round). A budget's tree is then its
     accumulators and those of the budgets before it, the depths whose lowest bucket is
     below B_j, and the first members of B_j by :func:`_select`.
 

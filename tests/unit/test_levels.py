@@ -11,12 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brwsim import Dirichlet, Peaked, Zipf
+from brwsim import Dirichlet, Peaked, Zipf, engine
 from brwsim.kernels import tree as T
-from brwsim.kernels.dist import ROOT_DRAW, closed_form
+from brwsim.kernels.dist import closed_form
 from brwsim.kernels.levels import LEVEL_MIN_P, level_family, level_pass
-from brwsim.kernels.rng import root_key
-from brwsim.simulate import seed_key, validate_budgets
 from tests.unit.test_resume import _nodes, _pass
 from tests.unit.test_tree import _check_capped_reference, _check_reference
 
@@ -94,11 +92,7 @@ def test_near_ties_at_a_cut_fall_back_to_the_depth_first_pass():
     family = Zipf(1.5, 40, spread=1e-13)
     spec = family.spec()
     assert level_family(spec.kinds, spec.fpar, closed_form(spec.kinds, spec.cprog), 300)
-    budgets = validate_budgets([3, 50, 300])
-    ws = T.new_workspace(300, spec.head_cap)
-    out = np.zeros((3, 1), np.int32), np.zeros((3, 1)), np.zeros((3, 1), np.int32)
-    T.grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
-                np.uint64(root_key(seed_key(2), 0)), ROOT_DRAW, 0, 0.0, budgets, T.NO_DEPTH_CAP,
-                T.start_threshold(300), ws, *out, 0)
-    assert ws[17][0] == 1.0         # the first root met ties at a cut (and was collected again)
+    engine.run_iterations(spec, engine.validate_budgets([3, 50, 300]), engine.seed_key(2), 0, 1)
+    # the root met ties at a cut (and was collected again): the workspace's ties flag
+    assert engine._workspace(300, spec.head_cap)[17][0] == 1.0
     _check_reference(family, budgets=[3, 50, 300], iterations=4, seed=2, k=40)
