@@ -4,8 +4,9 @@ Runs :func:`brwsim.engine.run_iterations` of both copies (``benchmarks/before.py
 few families and budget lists, six iterations each, and compares accepted counts and
 depths exactly, and E[X | T] bit for bit ("identical") or, where only its last bits
 moved, to ``TREE_TOL`` ("same trees"); it prints the nodes visited by each, which agree
-when the threshold passes are the same. Usage: ``python benchmarks/same_trees.py
-[--before REV]``.
+when the threshold passes are the same. ``--contextual`` checks the n-gram, LSTM and
+transformer families instead (their compile takes minutes). Usage: ``python
+benchmarks/same_trees.py [--before REV] [--contextual]``.
 """
 
 from __future__ import annotations
@@ -29,16 +30,21 @@ FAMILIES = ["zipf(s=1.5, vocab=128000, spread=0.4)", DEFAULT_FAMILY,
             "uniform(k=3)", "geometric(r=0.5)", "zipf(s=1.1, vocab=50)",
             "peaked(a=4, b=0.5, s=1.1, vocab=32000)"]
 BUDGETS = ([1, 7, 64, 100, 1024], [4096], [5, 65536])
+CONTEXTUAL = ["ngram(corpus=prose, order=5)", "charlstm(carry=3)", "transformer(path=target)"]
+CONTEXTUAL_BUDGETS = ([1, 7, 64], [256])
 TREE_TOL = 1e-12
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default="main", help="reference revision (default: main)")
-    ref = Reference(ap.parse_args().before)
+    ap.add_argument("--contextual", action="store_true",
+                    help="the n-gram, LSTM and transformer families instead")
+    args = ap.parse_args()
+    ref = Reference(args.before)
     bad = 0
-    for text in FAMILIES:
-        for budgets in BUDGETS:
+    for text in CONTEXTUAL if args.contextual else FAMILIES:
+        for budgets in CONTEXTUAL_BUDGETS if args.contextual else BUDGETS:
             if "dirichlet" in text and budgets[-1] > 4096:
                 continue
             new = engine.run_iterations(brwsim.parse_family(text).spec(),

@@ -20,12 +20,16 @@ cache only notices changes to a function's file, so a caller in another module w
 stale machine code of a changed callee; keying on every source avoids that.
 ``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``.
 
-Two things keep a cold start short and visible:
+Three things keep a cold start short and visible:
 
 * **One specialisation per kernel.** A kernel called from another kernel with a constant
   argument (``dist_init(..., 0, ...)``) would otherwise be compiled once more for numba's
   ``Literal[int](0)`` type, next to its ``int64`` version, doubling the largest kernels'
   compile time; the decorators type such calls with plain ``int64`` (:func:`_unliteral_calls`).
+* **The neural set-up compiled once.** The LSTM and transformer node set-up is reached from
+  every contextual kernel; :mod:`brwsim.kernels.netinit` compiles it once as a C function
+  that kernels call by name, registered (:data:`BEFORE_CONTEXTUAL`) before a kernel with a
+  contextual ``kinds`` array is compiled or loaded.
 * **A notice on stderr** the first time a process compiles (not when it loads the cache):
   what is compiled, that it happens once, where it is cached, then one line per kernel
   group (a kernel compiled from Python, with everything it calls) with its time.
@@ -67,6 +71,34 @@ def _unliteral_calls(dispatcher):
     return dispatcher
 
 
+#: Called before a kernel whose first parameter is a contextual ``kinds`` array (int32) is
+#: compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds itself
+#: here when imported (by :mod:`brwsim.kernels.dist`, which every such kernel calls).
+BEFORE_CONTEXTUAL: list = []
+
+
+def _contextual(args) -> bool:
+    """Whether a signature's first argument is a contextual ``kinds`` array (int32)."""
+    return bool(args) and isinstance(args[0], types.Array) and args[0].dtype == types.int32
+
+
+def _registering_compile(dispatcher):
+    """Run :data:`BEFORE_CONTEXTUAL` before a kernel whose first parameter is ``kinds`` is
+    compiled or loaded for a contextual array."""
+    if dispatcher.py_func.__code__.co_varnames[:1] != ("kinds",):
+        return dispatcher
+    compile_ = dispatcher.compile
+
+    def compile(sig):
+        if _contextual(getattr(sig, "args", sig)):
+            for hook in BEFORE_CONTEXTUAL:
+                hook()
+        return compile_(sig)
+
+    dispatcher.compile = compile
+    return dispatcher
+
+
 def _jit(**options):
     """``numba.njit(cache=True, **options)`` caching into :data:`CACHE_DIR` only."""
 
@@ -74,7 +106,7 @@ def _jit(**options):
         previous = nb.config.CACHE_DIR
         nb.config.CACHE_DIR = CACHE_DIR
         try:
-            return _unliteral_calls(nb.njit(cache=True, **options)(fn))
+            return _registering_compile(_unliteral_calls(nb.njit(cache=True, **options)(fn)))
         finally:
             nb.config.CACHE_DIR = previous
 

@@ -55,12 +55,11 @@ from numba.extending import overload
 
 from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
-from brwsim.kernels.lstm import lstm_init
+from brwsim.kernels.netinit import net_init
 from brwsim.kernels.ngram import ngram_init
 from brwsim.kernels.rng import DIST, REGIME, gamma, gamma_parts, mix, normal, purpose_key, unit
 from brwsim.kernels.special import (CELL_C, NEG_LOG_ERR, bits_f64, cell_split, exp_neg, f64_bits, neg_log,
                                     spline_eval, spline_index, spline_poly, zipf_sum)
-from brwsim.kernels.transformer import transformer_init
 
 UNIFORM = 0
 TABLE = 1
@@ -1115,9 +1114,9 @@ def kinds_dtype(kinds) -> type:
     """The dtype of a family's ``kinds`` array: :data:`CONTEXTUAL_KINDS` when a component is
     an NGRAM, LSTM or TRANSFORMER, else :data:`PLAIN_KINDS`.
 
-    The dtype selects, at compile time, whether :func:`dist_init` contains the n-gram and
-    LSTM code (:func:`_contextual_init`): the LSTM's kernels are the larger part of a cold
-    compilation, and a family without them never needs them compiled.
+    The dtype selects, at compile time, whether :func:`dist_init` contains the n-gram code
+    and the call of the LSTM and transformer set-up (:func:`_contextual_init`,
+    :mod:`brwsim.kernels.netinit`): a family without them never compiles them.
     """
     return CONTEXTUAL_KINDS if any(int(k) in (NGRAM, LSTM, TRANSFORMER) for k in kinds) else PLAIN_KINDS
 
@@ -1138,17 +1137,15 @@ def _contextual_init_impl(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, 
         if kind == NGRAM:
             # ranks sorted into head[d, :V], their tokens into head[d, V:]; li[d, 3] listed ranks
             li[d, 3] = ngram_init(data, ipar[c, 0], fpar[c, 0], li[d, CTX_I], min_logq, head, d)
-        elif kind == LSTM:
-            # ranks into head[d, :V], their classes into head[d, V:], the state after them
-            n_list = li[pd, 3] if pd >= 0 else 0
-            li[d, 3] = lstm_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], cprog, d, pd,
-                                 pd == ROOT_DRAW, rank, n_list, min_logq, head, li[d, CTX_I])
         else:
-            # as LSTM: ranks into head[d, :V], their tokens into head[d, V:], the cache after them
+            # LSTM: ranks into head[d, :V], their classes into head[d, V:], the state after
+            # them; TRANSFORMER: their tokens, the cache after them (netinit: out of line)
             n_list = li[pd, 3] if pd >= 0 else 0
-            li[d, 3] = transformer_init(data, ipar[c, 0], fpar[c, 0], fpar[c, 1], fpar[c, 2],
-                                        ipar[c, 2], cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
-                                        min_logq, head, li[d, CTX_I])
+            lstm = kind == LSTM
+            li[d, 3] = net_init(lstm, data, ipar[c, 0], fpar[c, 0], fpar[c, 1],
+                                0.0 if lstm else fpar[c, 2], 0 if lstm else ipar[c, 2], cprog,
+                                d, pd, pd == ROOT_DRAW, rank, n_list, min_logq, head,
+                                li[d, CTX_I])
     return contextual
 
 

@@ -35,7 +35,8 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I
 from brwsim.kernels.policies import NEG_INF, _init_node, _layer_top, _preset_row
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
-from brwsim.kernels.transformer import META, transformer_init
+from brwsim.kernels.netinit import net_init
+from brwsim.kernels.transformer import META
 from brwsim.kernels.tree import (
     AIM_TIES,
     _ABORT,
@@ -69,8 +70,8 @@ def _root(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbet
     dprog[2] = n
     for j in range(n):
         dprog[5 + j] = head[0, mm + META + j]
-    nd = transformer_init(ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, 0, -1,
-                          True, 0, 0, min_dlogq, dhead, 0)
+    nd = net_init(False, ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, 0, -1,
+                  True, 0, 0, min_dlogq, dhead, 0)
     dhead[0, mm + 1] = head[0, mm + 1]        # tokens carried past the window (generation)
     return nd
 
@@ -78,8 +79,8 @@ def _root(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbet
 @kernel
 def _draft_child(fpar, ipar, ddata, dbeta, dprog, d, pd, k, n_list, min_dlogq, dhead):
     """The draft's row of the child of draft rank ``k`` of level ``pd``; its listed count."""
-    return transformer_init(ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, d, pd,
-                            False, k, n_list, min_dlogq, dhead, 0)
+    return net_init(False, ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, d, pd,
+                    False, k, n_list, min_dlogq, dhead, 0)
 
 
 @kernel

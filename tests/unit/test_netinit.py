@@ -1,0 +1,50 @@
+"""brwsim.kernels.netinit: the LSTM and transformer set-up behind one C symbol."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import types
+from numba.core.errors import TypingError
+
+import brwsim
+from brwsim.kernels import _contextual, netinit
+from brwsim.kernels.netinit import net_init
+
+FAMILY = "charlstm(carry=3)"
+RUN = ("import json, brwsim; from brwsim.kernels import netinit; "
+       "ds = brwsim.simulate(brwsim.parse_family({family!r}), [1, 4], 3, seed=5); "
+       "print(json.dumps([ds.expected_accepted.values.tolist(), netinit.FORWARDED[0]]))")
+
+
+def test_only_a_contextual_kinds_array_first_registers():
+    i32, i64 = types.Array(types.int32, 1, "C"), types.Array(types.int64, 1, "C")
+    assert _contextual((i32, types.float64)) and not _contextual((i64, i32))
+    assert not _contextual(()) and not _contextual((types.int32,))
+
+
+def test_a_kernel_linked_before_register_forwards_through_the_fallback():
+    # the direct route: the decorators registered the compiled set-up before the kernel
+    # was compiled or loaded, so no call went through ctypes
+    direct = brwsim.simulate(brwsim.parse_family(FAMILY), [1, 4], 3, seed=5)
+    assert netinit.FORWARDED[0] == 0
+    # a fresh process whose decorators never register: its kernel is linked against the
+    # fallback, which registers and forwards every call; the numbers are the same
+    code = ("import brwsim.kernels as k; k._contextual = lambda args: False; "
+            + RUN.format(family=FAMILY))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=600).stdout
+    values, forwarded = json.loads(out.splitlines()[-1])
+    assert forwarded > 0
+    assert np.array_equal(np.array(values), direct.expected_accepted.values)
+
+
+def test_a_strided_array_is_refused_when_typed():
+    head = np.zeros((4, 8))[:, ::2]
+    data = cprog = np.zeros(4)
+    with pytest.raises(TypingError, match="C-contiguous float64"):
+        net_init(True, data, 0, 1.0, 3.0, 0.0, 0, cprog, 0, -1, True, 0, 0, -np.inf, head, 0)
