@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,10 +50,10 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subproces
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="warm runs (default 1)")
-    ap.add_argument("--args", default="", help="extra arguments to brwsim run, e.g. \"--iterations 200\"")
+    ap.add_argument("--args", default="", help="extra arguments to brwsim run (shell-quoted), e.g. \"--family 'charlstm(carry=3)'\"")
     args = ap.parse_args(argv)
     exe = shutil.which("brwsim") or sys.exit("brwsim is not on PATH (pip install -e .)")
-    cmd = [exe, "run", "--quiet", "--out", "", *args.args.split()]
+    cmd = [exe, "run", "--quiet", "--out", "", *shlex.split(args.args)]
     home = tempfile.mkdtemp(prefix="brwsim-home-")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["HOME"] = home
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(home, ignore_errors=True)
     where = subprocess.run([sys.executable, "-c", "import brwsim; print(brwsim.__file__)"], env=env,
                            capture_output=True, text=True).stdout.strip()
+    notice = done.stderr.strip()
+    print("cold stderr:" + ("\n  " + notice.replace("\n", "\n  ") if notice else " (nothing)"))
     print(f"command: HOME=<fresh> brwsim {' '.join(cmd[1:])}   (code: {where})")
     print(f"cores: {os.cpu_count()}   load average (1, 5, 15 min) before: "
           f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}   after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
@@ -76,8 +79,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"warm: best {min(warm):.2f} s, worst {max(warm):.2f} s wall over {len(warm)} runs; "
               f"CPU {min(warm_cpu):.2f}-{max(warm_cpu):.2f} s")
-    notice = done.stderr.strip()
-    print("cold stderr:" + ("\n  " + notice.replace("\n", "\n  ") if notice else " (nothing)"))
     return 0
 
 
