@@ -1,7 +1,7 @@
 """The neural families' node set-up (LSTM, transformer) behind one C symbol, compiled once.
 
-numba links the machine code of every kernel a kernel calls into that kernel, and compiles
-each linked copy again. The set-up of an LSTM or transformer node
+numba links the code of every callee into each kernel that calls it, and optimises and
+compiles each linked copy again. The set-up of an LSTM or transformer node
 (:func:`~brwsim.kernels.lstm.lstm_init`, :func:`~brwsim.kernels.transformer.transformer_init`,
 with their products and gates) is the largest code in brwsim, and it was reached from every
 kernel that runs a contextual family (the optimal tree, forests, the policies, the drafter,
