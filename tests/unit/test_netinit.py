@@ -27,6 +27,23 @@ def test_only_a_contextual_kinds_array_first_registers():
     assert not _contextual(()) and not _contextual((types.int32,))
 
 
+def test_only_kernels_taking_kinds_first_register():
+    # tree._select's first argument is an int32 array too (an order), not a kinds array: a
+    # hook there once compiled the set-up inside a plain run's compile, which failed
+    from brwsim.kernels import tree
+    assert tree._select.compile.__func__ is type(tree._select).compile
+    assert getattr(tree.simulate_chunk.compile, "__func__", None) is None
+
+
+def test_a_plain_family_never_compiles_the_set_up():
+    code = ("import brwsim; from brwsim.kernels import netinit; "
+            "brwsim.simulate(brwsim.parse_family('zipf(s=1.1, vocab=50)'), [1, 4], 2); "
+            "print(netinit._compiled is None, netinit.FORWARDED[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=600).stdout
+    assert out.splitlines()[-1] == "True 0"
+
+
 def test_a_kernel_linked_before_register_forwards_through_the_fallback():
     # the direct route: the decorators registered the compiled set-up before the kernel
     # was compiled or loaded, so no call went through ctypes
