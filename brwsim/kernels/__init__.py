@@ -42,6 +42,7 @@ import hashlib
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numba as nb
@@ -99,16 +100,24 @@ def _registering_compile(dispatcher):
     return dispatcher
 
 
+@contextmanager
+def caching_here():
+    """numba's decorators with ``cache=True`` inside this block cache into :data:`CACHE_DIR`
+    (numba reads its cache folder when a function is decorated)."""
+    previous = nb.config.CACHE_DIR
+    nb.config.CACHE_DIR = CACHE_DIR
+    try:
+        yield
+    finally:
+        nb.config.CACHE_DIR = previous
+
+
 def _jit(**options):
     """``numba.njit(cache=True, **options)`` caching into :data:`CACHE_DIR` only."""
 
     def decorate(fn):
-        previous = nb.config.CACHE_DIR
-        nb.config.CACHE_DIR = CACHE_DIR
-        try:
+        with caching_here():
             return _registering_compile(_unliteral_calls(nb.njit(cache=True, **options)(fn)))
-        finally:
-            nb.config.CACHE_DIR = previous
 
     return decorate
 

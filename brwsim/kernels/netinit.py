@@ -41,7 +41,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 from numba.np.arrayobj import get_cfarray_intrinsic, make_array
 
-from brwsim.kernels import BEFORE_CONTEXTUAL, CACHE_DIR, inline_kernel
+from brwsim.kernels import BEFORE_CONTEXTUAL, caching_here, inline_kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.transformer import transformer_init
 
@@ -99,12 +99,8 @@ def _compile():
         return transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw != 0,
                                 rank, n_list, min_logq, head, start)
 
-    previous = nb.config.CACHE_DIR
-    nb.config.CACHE_DIR = CACHE_DIR
-    try:
+    with caching_here():
         return nb.cfunc(SIGNATURE, cache=True, nopython=True, _nrt=False)(set_up)
-    finally:
-        nb.config.CACHE_DIR = previous
 
 
 _C_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, *[
