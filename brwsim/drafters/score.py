@@ -1,0 +1,120 @@
+"""Scoring a drafted token tree against the target model.
+
+A drafted tree is given as ``parents``/``tokens`` arrays in insertion order (a parent
+precedes its children, ``-1`` is the root). The target evaluates the tree's internal
+nodes (a leaf's own distribution is never needed) in one batched ``extend``; each node's
+path probability under the target at temperature T is the product of the target's
+probabilities of the tokens along its path. E[X | T] of the drafted tree is their sum
+(the same Rao-Blackwellised estimator as for the optimal tree), and ``path_prob[v]`` is
+P(X >= depth(v) along v's branch), so along a chain the per-position acceptance is the
+ratio of consecutive entries.
+
+At temperature 0 the target's accepted path is its argmax path: X is the number of
+drafted nodes on it (they form a chain from the root), reported by :func:`greedy_accepted`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from brwsim.backends.base import TreeEvaluator
+from brwsim.errors import UserError
+
+__all__ = ["TreeScore", "score_tree", "greedy_accepted", "tempered"]
+
+
+class TreeScore(NamedTuple):
+    """The target's view of one drafted tree.
+
+    Attributes
+    ----------
+    path_prob : numpy.ndarray
+        float64 per drafted node: its path probability under the target at temperature T
+        (for T = 0: 1 on the target's argmax path, 0 elsewhere).
+    depth : numpy.ndarray
+        int64 per drafted node: its depth (the root's children have depth 1).
+    expected_accepted : float
+        E[X | T], the sum of ``path_prob``.
+    """
+
+    path_prob: np.ndarray
+    depth: np.ndarray
+    expected_accepted: float
+
+
+def tempered(logprobs: np.ndarray, temperature: float) -> np.ndarray:
+    """log softmax(logprobs / T) along the last axis, for T > 0."""
+    z = np.asarray(logprobs, dtype=np.float64) / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def _check_tree(parents: np.ndarray, tokens: np.ndarray, vocab: int) -> None:
+    if parents.shape != tokens.shape or parents.ndim != 1:
+        raise UserError("a drafted tree needs parents and tokens of one equal length")
+    if parents.size and (np.any(parents < -1) or np.any(parents >= np.arange(parents.size))):
+        raise UserError("a drafted tree's parents must precede their children")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise UserError(f"a drafted token lies outside the target's vocabulary of {vocab}")
+
+
+def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarray,
+               tokens: np.ndarray, temperature: float = 1.0) -> TreeScore:
+    """Path probabilities of a drafted tree's nodes under the target.
+
+    Starts ``context`` on ``evaluator`` (replacing its current root), evaluates the tree's
+    internal nodes in one batch and multiplies the target's probabilities along each path.
+
+    Parameters
+    ----------
+    evaluator : TreeEvaluator
+        The target model.
+    context : numpy.ndarray
+        int64 token ids of the root's context.
+    parents, tokens : numpy.ndarray
+        The drafted tree, parents before children, ``-1`` the root.
+    temperature : float
+        The target's temperature; 0 scores the greedy (argmax) path.
+    """
+    parents = np.asarray(parents, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    _check_tree(parents, tokens, evaluator.vocab_size)
+    if temperature < 0 or not np.isfinite(temperature):
+        raise UserError(f"temperature must be finite and >= 0, got {temperature}")
+    n = tokens.size
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        depth[i] = 1 if parents[i] < 0 else depth[parents[i]] + 1
+    root_lp = evaluator.start(np.asarray(context, dtype=np.int64))
+    internal = np.zeros(n, dtype=bool)
+    internal[parents[parents >= 0]] = True
+    ids = np.flatnonzero(internal)                   # prefix-closed: parents are internal
+    row = np.full(n, -1, dtype=np.int64)
+    row[ids] = np.arange(ids.size)
+    lps = (evaluator.extend(np.where(parents[ids] < 0, -1, row[parents[ids]]), tokens[ids])
+           if ids.size else np.empty((0, evaluator.vocab_size)))
+    path = np.zeros(n, dtype=np.float64)
+    if temperature == 0:
+        root_best = int(np.argmax(root_lp))
+        best = np.argmax(lps, axis=1) if ids.size else np.empty(0, np.int64)
+        for i in range(n):
+            p = parents[i]
+            on_parent = 1.0 if p < 0 else path[p]
+            arg = root_best if p < 0 else int(best[row[p]])
+            path[i] = on_parent if tokens[i] == arg else 0.0
+    else:
+        root_t = tempered(root_lp, temperature)
+        lps_t = tempered(lps, temperature) if ids.size else lps
+        for i in range(n):
+            p = parents[i]
+            lq = root_t[tokens[i]] if p < 0 else lps_t[row[p], tokens[i]]
+            path[i] = (1.0 if p < 0 else path[p]) * np.exp(lq)
+    return TreeScore(path, depth, float(path.sum()))
+
+
+def greedy_accepted(score: TreeScore) -> int:
+    """X at temperature 0: the drafted nodes on the target's argmax path (from a
+    :func:`score_tree` with ``temperature=0``)."""
+    return int(np.count_nonzero(score.path_prob))
