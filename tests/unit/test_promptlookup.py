@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from brwsim.drafters.promptlookup import lookup_chain, lookup_tree, suffix_matches
 from brwsim.drafters.score import greedy_accepted, score_tree, tempered
 from brwsim.errors import UserError
+from tests.unit.seqtarget import FunctionTarget
 
 
 def _brute_chain(t, k, lo, hi):
@@ -62,38 +63,6 @@ def test_tree_is_prefix_closed_unique_and_starts_with_the_chain(toks, budget):
 def test_bad_ranges(lo, hi):
     with pytest.raises(UserError, match="ngram lookup"):
         lookup_chain(np.array([1, 2, 1]), 2, lo, hi)
-
-
-class FunctionTarget:
-    """A target whose next-token distribution is a fixed pseudo-random function of the
-    whole token sequence, evaluated one sequence at a time (the reference for trees)."""
-
-    vocab_size = 7
-    max_positions = 64
-    dtype = "float64"
-
-    def __init__(self):
-        self.seqs: list[tuple[int, ...]] = []
-        self.context: tuple[int, ...] = ()
-        self.calls = 0
-
-    def full(self, seq):
-        rng = np.random.default_rng(abs(hash(tuple(seq))) % (2 ** 32))
-        return tempered(rng.normal(0, 2, self.vocab_size), 1.0)
-
-    def start(self, context):
-        self.context = tuple(int(x) for x in context)
-        self.seqs = []
-        return self.full(self.context)
-
-    def extend(self, parents, tokens):
-        self.calls += 1
-        out = []
-        for p, tok in zip(parents, tokens):
-            seq = (self.context if p < 0 else self.seqs[p]) + (int(tok),)
-            self.seqs.append(seq)
-            out.append(self.full(seq))
-        return np.array(out)
 
 
 def test_score_tree_equals_products_along_paths():
