@@ -22,12 +22,23 @@ node in rank order of the draft's probability, lower token id first on equal one
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from brwsim.backends.base import TreeEvaluator
 from brwsim.errors import UserError
 
-__all__ = ["best_first", "greedy_chain", "dynamic", "top_children"]
+__all__ = ["DraftTree", "best_first", "greedy_chain", "dynamic", "top_children"]
+
+
+class DraftTree(NamedTuple):
+    """Drafted nodes in rank order (``parents`` before children, ``-1`` the root) and each
+    node's draft path log-probability."""
+
+    parents: np.ndarray
+    tokens: np.ndarray
+    log_value: np.ndarray
 
 
 def top_children(lp: np.ndarray, k: int) -> np.ndarray:
@@ -78,12 +89,13 @@ class _Nodes:
             self.eval_id[i] = first + j
         return out
 
-    def as_tree(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``idx`` (prefix-closed, ranked) as parents/tokens in that order."""
+    def as_tree(self, idx: np.ndarray) -> DraftTree:
+        """``idx`` (prefix-closed, ranked) as a :class:`DraftTree` in that order."""
         pos = {int(i): j for j, i in enumerate(idx)}
         parents = np.array([-1 if self.parent[i] < 0 else pos[self.parent[i]] for i in idx],
                            np.int64)
-        return parents, np.array([self.token[i] for i in idx], np.int64)
+        return DraftTree(parents, np.array([self.token[i] for i in idx], np.int64),
+                         np.array([self.value[i] for i in idx], np.float64))
 
 
 def _check_budget(budget: int) -> int:
@@ -92,7 +104,7 @@ def _check_budget(budget: int) -> int:
     return int(budget)
 
 
-def best_first(draft: TreeEvaluator, root_lp: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
+def best_first(draft: TreeEvaluator, root_lp: np.ndarray, budget: int) -> DraftTree:
     """The ``budget`` nodes of highest draft path probability, in rank order.
 
     ``draft`` must have been started on the root (``root_lp`` is what ``start`` returned);
@@ -116,19 +128,22 @@ def best_first(draft: TreeEvaluator, root_lp: np.ndarray, budget: int) -> tuple[
             nodes.add(int(i), kids, out[j][kids], nodes.value[i], nodes.depth[i] + 1)
 
 
-def greedy_chain(draft: TreeEvaluator, root_lp: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+def greedy_chain(draft: TreeEvaluator, root_lp: np.ndarray, length: int) -> DraftTree:
     """The draft's argmax chain of ``length`` tokens (fewer where the draft puts all its
     mass on tokens already excluded, which cannot happen for a full distribution)."""
     length = _check_budget(length)
     tokens = [int(top_children(root_lp, 1)[0])]
+    values = [float(root_lp[tokens[0]])]
     while len(tokens) < length:
         lp = draft.extend(np.array([len(tokens) - 2], np.int64), np.array(tokens[-1:], np.int64))[0]
         tokens.append(int(top_children(lp, 1)[0]))
-    return np.arange(-1, length - 1, dtype=np.int64), np.array(tokens, np.int64)
+        values.append(values[-1] + float(lp[tokens[-1]]))
+    return DraftTree(np.arange(-1, length - 1, dtype=np.int64), np.array(tokens, np.int64),
+                     np.array(values))
 
 
 def dynamic(draft: TreeEvaluator, root_lp: np.ndarray, depth: int, topk: int,
-            total: int) -> tuple[np.ndarray, np.ndarray]:
+            total: int) -> DraftTree:
     """EAGLE-2/3's dynamic tree (see :class:`brwsim.policies.dynamic.Dynamic`): ``depth``
     layers, ``topk`` expansions of ``topk`` children per layer, the top ``total`` nodes."""
     depth, topk, total = (_check_budget(depth), _check_budget(topk), _check_budget(total))

@@ -39,16 +39,17 @@ def paths(parents, tokens):
 def test_best_first_is_the_top_p_by_draft_probability(budget):
     draft = FunctionTarget()
     ctx = (2, 3)
-    parents, tokens = best_first(draft, draft.start(np.array(ctx)), budget)
+    parents, tokens, logv = best_first(draft, draft.start(np.array(ctx)), budget)
     want = heap_top(FunctionTarget(), ctx, budget)
     assert paths(parents, tokens) == [p for p, _ in want]
+    np.testing.assert_allclose(logv, [v for _, v in want], rtol=1e-12)
     assert np.all(parents < np.arange(parents.size))
 
 
 def test_greedy_chain_follows_the_argmax():
     draft = FunctionTarget()
     ctx = (1,)
-    parents, tokens = greedy_chain(draft, draft.start(np.array(ctx)), 4)
+    parents, tokens, _ = greedy_chain(draft, draft.start(np.array(ctx)), 4)
     seq = ctx
     for t in tokens:
         assert t == int(np.argmax(draft.full(seq)))
@@ -59,7 +60,7 @@ def test_greedy_chain_follows_the_argmax():
 def test_dynamic_layers():
     draft = FunctionTarget()
     root = draft.start(np.array([5]))
-    parents, tokens = dynamic(draft, root, depth=3, topk=2, total=100)
+    parents, tokens, _ = dynamic(draft, root, depth=3, topk=2, total=100)
     assert tokens.size == 2 + 2 * 4                   # topk + (depth - 1) * topk**2
     depth = np.zeros(tokens.size, int)
     for i, p in enumerate(parents):
@@ -68,7 +69,7 @@ def test_dynamic_layers():
     assert sorted(tokens[depth == 1].tolist()) == sorted(top_children(root, 2).tolist())
     draft2 = FunctionTarget()
     small = dynamic(draft2, draft2.start(np.array([5])), depth=3, topk=2, total=5)
-    assert paths(*small) == paths(parents, tokens)[:5]   # the cap keeps the ranking's top
+    assert paths(*small[:2]) == paths(parents, tokens)[:5]   # the cap keeps the ranking's top
 
 
 def test_top_children_ties_and_zeros():
