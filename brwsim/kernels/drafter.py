@@ -32,11 +32,11 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I
+from brwsim.kernels.dist import CTX_F, CTX_I, DATA_OFF, LEVEL_F, LEVEL_I
 from brwsim.kernels.policies import NEG_INF, _init_node, _layer_top, _preset_row
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.netinit import net_init
-from brwsim.kernels.transformer import META
+from brwsim.kernels.transformer import META, TF_CARRY, TF_SLOTS, TF_WINDOW
 from brwsim.kernels.tree import (
     AIM_TIES,
     _ABORT,
@@ -70,8 +70,8 @@ def _root(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbet
     dprog[2] = n
     for j in range(n):
         dprog[5 + j] = head[0, mm + META + j]
-    nd = net_init(False, ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, 0, -1,
-                  True, 0, 0, min_dlogq, dhead, 0)
+    nd = net_init(False, ddata, 0, dbeta, fpar[0, TF_CARRY], fpar[0, TF_WINDOW], ipar[0, TF_SLOTS],
+                  dprog, 0, -1, True, 0, 0, min_dlogq, dhead, 0)
     dhead[0, mm + 1] = head[0, mm + 1]        # tokens carried past the window (generation)
     return nd
 
@@ -79,8 +79,8 @@ def _root(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbet
 @kernel
 def _draft_child(fpar, ipar, ddata, dbeta, dprog, d, pd, k, n_list, min_dlogq, dhead):
     """The draft's row of the child of draft rank ``k`` of level ``pd``; its listed count."""
-    return net_init(False, ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, d, pd,
-                    False, k, n_list, min_dlogq, dhead, 0)
+    return net_init(False, ddata, 0, dbeta, fpar[0, TF_CARRY], fpar[0, TF_WINDOW], ipar[0, TF_SLOTS],
+                    dprog, d, pd, False, k, n_list, min_dlogq, dhead, 0)
 
 
 @kernel
@@ -206,12 +206,12 @@ def best_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, 
     Returns (nodes collected, draft forward set-ups, target forward set-ups, threshold);
     nodes = -1 when more than MAX_NODES nodes tie.
     """
-    v = int(data[ipar[0, 0] + 1])
+    v = int(data[ipar[0, DATA_OFF] + 1])
     p_max = budgets[budgets.shape[0] - 1]
     cap = 6 * p_max + 64
     est = np.empty(cap)
     pos, dep, onpath, order = _node_buffers(cap)
-    dprog = np.zeros(5 + ipar[0, 2])
+    dprog = np.zeros(5 + ipar[0, TF_SLOTS])
     n_levels = min(first_levels(head_cap + dcap), p_max + 1)
     (keys, s_lev, t_lev, on_lev, p_lev, k_lev, r_lev, dn, ready,
      lf, li, head, dhead, inv) = _best_levels(n_levels, head_cap, dcap, v)
@@ -259,10 +259,10 @@ def chain_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
 
     Two alternating rows per model; the chain of budget P is its first P nodes.
     """
-    v = int(data[ipar[0, 0] + 1])
+    v = int(data[ipar[0, DATA_OFF] + 1])
     p_max = budgets[budgets.shape[0] - 1]
     pos, dep, onpath, order = _node_buffers(p_max)
-    dprog = np.zeros(5 + ipar[0, 2])
+    dprog = np.zeros(5 + ipar[0, TF_SLOTS])
     lf, li, head, dhead, inv = _rows(2, head_cap, dcap, v)
     p_lev = np.empty(2, np.int64)
     for col in range(rkeys.shape[0]):
@@ -359,7 +359,7 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
     The tree of budget P is the first P candidates by (draft path value, depth, generation
     order); ``budgets`` is non-decreasing, already capped at the policy's ``total``.
     """
-    v = int(data[ipar[0, 0] + 1])
+    v = int(data[ipar[0, DATA_OFF] + 1])
     cap = topk + (depth - 1) * topk * topk
     est = np.empty(cap)
     pos, dep, onpath, order = _node_buffers(cap)
@@ -369,7 +369,7 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
     crow = np.empty(cap, np.int64)
     lay = np.empty(topk * topk, np.int32)
     n_rows = 1 + (depth - 1) * topk
-    dprog = np.zeros(5 + ipar[0, 2])
+    dprog = np.zeros(5 + ipar[0, TF_SLOTS])
     lf, li, head, dhead, inv = _rows(n_rows, head_cap, dcap, v)
     dn = np.empty(n_rows, np.int64)
     p_lev = np.empty(n_rows, np.int64)

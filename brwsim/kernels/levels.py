@@ -43,11 +43,13 @@ import math
 import numpy as np
 
 from brwsim.kernels import inline_kernel, kernel, njit_cached
-from brwsim.kernels.dist import DIST, ZIPF, log_int
-from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
+from brwsim.kernels.closed import ZIPF_INV_H, ZIPF_N_INT, ZIPF_S_HI, ZIPF_S_LO, ZIPF_VOCAB, log_int
+from brwsim.kernels.kinds import DATA_OFF, ZIPF
+from brwsim.kernels.rng import DIST, PATH, child_key, purpose_key, unit
 from brwsim.kernels.special import exp_neg, spline_index, spline_poly
 
 _ABORT = -1          # more than ``cap`` nodes (the same code as the tree pass's)
+
 _EXP_CAP = 11.8      # exp of more than this exceeds every vocabulary (MAX_VOCAB < e**11.8)
 _FIRST = 8           # ranks a node's count tests at once
 # log(r + 1) of those ranks, by the libm log the kernels call (dist.log_int's bits)
@@ -64,7 +66,7 @@ def level_family(kinds, fpar, closed, p_max):
     depth-first pass, whose pre-order breaks the ties, is the faster), largest budget
     ``p_max`` at least :data:`LEVEL_MIN_P`."""
     return (closed and p_max >= LEVEL_MIN_P and kinds.shape[0] == 1 and kinds[0] == ZIPF
-            and fpar[0, 1] > fpar[0, 0])
+            and fpar[0, ZIPF_S_HI] > fpar[0, ZIPF_S_LO])
 
 
 @njit_cached
@@ -105,7 +107,7 @@ def _interval(u, s_lo, s_w, inv_h, n_int):
 @inline_kernel
 def _zipf_setup(data, off, n_int, s_lo, s_w, inv_h, dk):
     """(exponent, log-normaliser) of a node whose distribution key is ``dk``: the same bits
-    as :func:`brwsim.kernels.dist._closed_init`."""
+    as :func:`brwsim.kernels.closed.closed_level_init`."""
     s = s_lo + unit(dk, 1) * s_w
     j = spline_index(n_int, s_lo, inv_h, s)
     return s, spline_poly(data, off + 4 * j, s - data[off + 4 * n_int + j])
@@ -138,12 +140,12 @@ def level_pass(fpar, ipar, data, rkey, t, cap, cut, top, pos, dep, onpath, lv):
         The number of nodes, or ``_ABORT``.
     """
     ekey, eS, es, eL, eoff, owner, gp, grk, gS, tkey, tu, tj = lv
-    s_lo = fpar[0, 0]
-    s_w = fpar[0, 1] - s_lo
-    inv_h = fpar[0, 2]
-    off = ipar[0, 0]
-    vocab = ipar[0, 2]
-    n_int = ipar[0, 3]
+    s_lo = fpar[0, ZIPF_S_LO]
+    s_w = fpar[0, ZIPF_S_HI] - s_lo
+    inv_h = fpar[0, ZIPF_INV_H]
+    off = ipar[0, DATA_OFF]
+    vocab = ipar[0, ZIPF_VOCAB]
+    n_int = ipar[0, ZIPF_N_INT]
     ekey[0] = rkey
     eS[0] = 0.0
     es[0], eL[0] = _zipf_setup(data, off, n_int, s_lo, s_w, inv_h, purpose_key(rkey, DIST))

@@ -57,21 +57,23 @@ from brwsim.kernels.dist import (
     CTX_I,
     CTX_NONE,
     GEOMETRIC,
+    KIND_SLOT,
     LEVEL_F,
     LEVEL_I,
     ORDERSTAT,
     PEAKED,
+    RANK,
     ROOT_DRAW,
     UNIFORM,
     ZIPF,
     closed_form,
-    closed_init,
-    closed_next,
     dist_init,
     dist_next,
     listed_next,
-    orderstat_child_empty,
 )
+from brwsim.kernels.closed import (GEOM_LOG_1MR, UNIFORM_LOGQ, ZIPF_FLOOR, ZIPF_S_HI, ZIPF_S_LO,
+                                   closed_init, closed_next)
+from brwsim.kernels.orderstat import orderstat_child_empty
 from brwsim.kernels.levels import level_buffers, level_family, level_pass
 from brwsim.kernels.rng import PATH, child_key, mix, purpose_key, root_key, unit
 from brwsim.kernels.special import exp_neg
@@ -128,7 +130,7 @@ def _top_bound(kinds, fpar, closed):
     A node whose position less this bound is above the threshold cannot have children, so
     a pass over a closed-form family never sets it up (rounding is monotonic). Zipf's
     rank 0 is minus its log-normaliser, a cubic spline in s: the bound is minus the
-    lowest of its intervals' floors (``fpar[c, 3]``, see
+    lowest of its intervals' floors (``fpar[c, ZIPF_FLOOR]``, see
     :func:`brwsim.families.tables.spline_starts_floors`).
     """
     if not closed:
@@ -138,11 +140,11 @@ def _top_bound(kinds, fpar, closed):
         k = kinds[c]
         ub = 0.0
         if k == GEOMETRIC:
-            ub = fpar[c, 2]
+            ub = fpar[c, GEOM_LOG_1MR]
         elif k == UNIFORM:
-            ub = fpar[c, 0]
+            ub = fpar[c, UNIFORM_LOGQ]
         elif k == ZIPF:
-            ub = -fpar[c, 3]
+            ub = -fpar[c, ZIPF_FLOOR]
         if not ub < 0.0:
             return 0.0
         if ub > top:
@@ -184,8 +186,8 @@ def _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc
     # stay in the hot loop only, each inlined copy costs compile time)
     dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, s_lev[d] - t,
               d - 1 if i != root else ROOT_DRAW, 0)
-    if closed and li[d, 0] != PEAKED:   # rank-indexed: skip the ranks before
-        li[d, 1] = nrk[i]
+    if closed and li[d, KIND_SLOT] != PEAKED:   # rank-indexed: skip the ranks before
+        li[d, RANK] = nrk[i]
     else:                               # an order with state: replay them
         for r in range(nrk[i]):
             dist_next(fpar, ipar, data, key, d, lf, li, head)
@@ -199,7 +201,7 @@ def _lattice(kinds, fpar):
     is drawn per node), so equal multisets of ranks give equal positions."""
     for c in range(kinds.shape[0]):
         k = kinds[c]
-        if not (k == PEAKED or (k == ZIPF and fpar[c, 1] > fpar[c, 0])):
+        if not (k == PEAKED or (k == ZIPF and fpar[c, ZIPF_S_HI] > fpar[c, ZIPF_S_LO])):
             return True
     return False
 
