@@ -75,7 +75,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from brwsim.kernels import dense_kernel, kernel, njit_cached
-from brwsim.kernels.kinds import lowered_cut
+from brwsim.kernels.kinds import LSTM, lowered_cut
 
 HDR = 14            # block header entries
 EPS = 1e-7          # Keras' backend epsilon in the attention denominator
@@ -84,6 +84,8 @@ HIST = 64           # the row's last classes (window <= HIST - 1) and, last, g
 # Parameter slots of an LSTM component (the family writes them by these names)
 LSTM_BETA = 0       # fpar: 1 / temperature
 LSTM_CARRY = 1      # fpar: classes carried past the window
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {LSTM: ((LSTM_BETA, LSTM_CARRY), ())}
 
 # exp(x) = 2**k exp(r), k = round(x / ln 2), |r| <= ln(2) / 2 (Cody-Waite), exp(r) by its
 # Taylor polynomial of degree 12 (truncation below 2e-16 relative): branch-free, so that

@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.kinds import CUT_MARGIN, lowered_cut
+from brwsim.kernels.kinds import CUT_MARGIN, NGRAM, lowered_cut
 
 HDR = 6             # block header: V, N, D, base, order-3 child ranges, sorted base
 HDR_ORDER = 7       # per order >= 3: n_ctx, key, child, ptr, lam, tok, w
@@ -47,6 +47,8 @@ NGRAM_BETA = 0      # fpar: 1 / temperature
 NGRAM_DISCOUNT = 1  # fpar: Kneser-Ney discount (the tables in data already apply it)
 NGRAM_VOCAB = 2     # ipar: vocabulary
 NGRAM_ORDER = 3     # ipar: order N
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {NGRAM: ((NGRAM_BETA, NGRAM_DISCOUNT), (NGRAM_VOCAB, NGRAM_ORDER))}
 
 
 @kernel

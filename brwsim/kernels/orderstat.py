@@ -23,10 +23,16 @@ from brwsim.kernels.special import CELL_C, NEG_LOG_ERR, cell_split, f64_bits, ne
 # Parameter slots (the family writes them by these names)
 OS_X0 = 0               # fpar: the splines' first log A
 OS_INV_H = 1            # fpar: intervals per unit of log A
+OS_BOUND_SLACK = 2      # fpar: the bound table's slack (0: no table; see below)
+OS_BOUND_RATIO = 3      # fpar: exp(2 slack) (1 + OS_BOUND_WIDEN)
 OS_VOCAB = 2            # ipar: vocabulary n
 OS_N_INT = 3            # ipar: intervals of each spline
 OS_N_HEAD = 4           # ipar: ranks generated exactly at set-up
 OS_LAZY = 5             # ipar: 1 when the tail is drawn lazily
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {ORDERSTAT: ((OS_X0, OS_INV_H, OS_BOUND_SLACK, OS_BOUND_RATIO),
+                      (OS_VOCAB, OS_N_INT, OS_N_HEAD, OS_LAZY))}
+
 # Level state: the tail block's first and end rank in the head row
 OS_BLOCK_LO = LISTED
 OS_BLOCK_END = 5
@@ -70,8 +76,6 @@ OS_CELL_BITS = 7
 OS_EMIN = -48
 OS_EMAX = 2
 OS_BOUND_CELLS = (OS_EMAX - OS_EMIN) << OS_CELL_BITS
-OS_BOUND_SLACK = 2
-OS_BOUND_RATIO = 3
 #: relative widening of the bounds from tabulated weights: covers, by orders of magnitude,
 #: the rounding of the weights (1 ulp of numpy's exp), of the factor and of the kernel's
 #: products and sum of at most 8 terms

@@ -62,7 +62,7 @@ import math
 import numpy as np
 
 from brwsim.kernels import dense_kernel, kernel, njit_cached
-from brwsim.kernels.kinds import lowered_cut
+from brwsim.kernels.kinds import TRANSFORMER, lowered_cut
 from brwsim.kernels.lstm import _dot, _exp, _mm, _tanh, sort_listed
 
 HDR = 24            # block header entries before the per-layer table
@@ -76,6 +76,8 @@ TF_BETA = 0         # fpar: 1 / temperature
 TF_CARRY = 1        # fpar: tokens carried past the window
 TF_WINDOW = 2       # fpar: the window's length
 TF_SLOTS = 2        # ipar: context slots of a level's cache (window + carry)
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {TRANSFORMER: ((TF_BETA, TF_CARRY, TF_WINDOW), (TF_SLOTS,))}
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 
 
