@@ -14,7 +14,7 @@ import numpy as np
 
 from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.betaquantile import beta_log_heavy, beta_log_pair
-from brwsim.kernels.kinds import DATA_OFF, LISTED, lowered_cut
+from brwsim.kernels.kinds import DATA_OFF, DIRICHLET, LISTED, lowered_cut
 from brwsim.kernels.rng import gamma_parts, mix, unit
 from brwsim.kernels.special import exp_neg, neg_log, spline_index, spline_poly
 
@@ -22,6 +22,8 @@ from brwsim.kernels.special import exp_neg, neg_log, spline_index, spline_poly
 DIR_ALPHA = 0           # fpar: alpha
 DIR_VOCAB = 2           # ipar: vocabulary
 DIR_PICKED = 3          # ipar: the largest group drawn by size-biased picks
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {DIRICHLET: ((DIR_ALPHA,), (DIR_VOCAB, DIR_PICKED))}
 
 # DIRICHLET head row: the listed log-probabilities [0, vocab), then the depth-first stack
 # of groups, DIR_STACK entries of DIR_ENTRY; the stack never holds more than
@@ -44,10 +46,8 @@ _PICK_ROUNDS = 64
 _PICK_EXPM1 = -1.0 / 32.0
 _PICK_SERIES = 1.0 / 16.0
 #: The largest total concentration (size times alpha) of a DIRICHLET group drawn by
-#: size-biased picks instead of splits (the family's ``picked_size``). Measured on
-#: Dirichlet(0.05, 200), set-ups of 1e5 nodes with cut-offs uniform on (0, 1), two runs:
-#: 361-402 ns a node at 2.5 (groups of 50 tokens), 364-435 at 1.25, 414-447 at 5 and
-#: 561-577 at 10 (picks only), against 519 ns with splits only (the previous kernel).
+#: size-biased picks instead of splits (the family's ``picked_size``): the fastest set-up
+#: of the values timed (``benchmarks/README.md``).
 PICK_MASS = 2.5
 
 
@@ -200,8 +200,7 @@ def _pick_fraction(alpha, b, pk, j):
     exponential are :func:`~brwsim.kernels.special.neg_log`'s and
     :func:`~brwsim.kernels.special.exp_neg`'s (within 1.5e-14 absolute and 4.4e-16
     relative of libm's), inline: a libm call in the picks' loop costs more than its own
-    time, and replacing them took a pick from 44 to 37 ns (2e6 independent picks); the
-    last one, expm1's, +3% on Dirichlet(0.05, 200)'s pass.
+    time (``benchmarks/README.md``).
     """
     lv, l1v, ok = _pick_round(alpha, b, unit(pk, 2 * j), unit(pk, 2 * j + 1))
     if ok:
@@ -285,9 +284,8 @@ def dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
       and the picks stop once the rest is below the cut-off. Picks are independent draws
       (only the running rest is carried), where the splits down the heavier halves are a
       chain, and at alpha = 0.05 a group of 50 tokens (concentration 2.5) needs about as
-      many picks as a split walk needs splits per listed rank, without its chain:
-      Dirichlet(0.05, 200) at P = 1024 ran 1.35-1.47x faster than with splits alone
-      (``benchmarks/README.md``, issue 23's eighth round).
+      many picks as a split walk needs splits per listed rank, without its chain
+      (timings in ``benchmarks/README.md``).
 
     So a token's log-probability is the same number whichever groups are visited: the
     node is a function of its key, and the ranks above any cut-off are the same numbers
@@ -301,13 +299,13 @@ def dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq):
     (:func:`_split_empty`, entry m of the second index in ``data``) first decides from
     the uniform alone whether both parts fall below q / M, without the draw's logarithm,
     exponential and square root (most nodes of a pass have a cut-off above 1/2 and end
-    there: +9% on Dirichlet(0.05, 200) at P = 1024, the same trees); otherwise it reads
+    there); otherwise it reads
     the heavier part's log mass (:func:`brwsim.kernels.betaquantile.beta_log_heavy`, the
     same number as the pair's). A group's halves' uniforms are hashed before its split's
     outcome is known (the stack holds them): the walk down the heavier halves is a chain
     of dependent draws, and the hashes then overlap it.
 
-    Inline in :func:`dist_init` (a call per node cost 7% of Dirichlet(0.05, 200)'s pass).
+    Inline in ``dist_init`` (a call per node costs more than the walk of most nodes).
     ``li[d, LISTED]`` is the number of listed ranks.
     """
     alpha = fpar[c, DIR_ALPHA]

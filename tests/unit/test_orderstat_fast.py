@@ -1,6 +1,6 @@
 """The ORDERSTAT fast paths: the cheap proof that a node is EMPTY, the tail blocks, the gain.
 
-Each is checked against the computation it replaces: the exact test of ``_orderstat_init``
+Each is checked against the computation it replaces: the exact test of ``orderstat.orderstat_init``
 (a proof is only ever given where the exact test exits too), the rank-by-rank recursion of
 the lazy tail (written out here in plain Python, with libm's pow), and ``x ** 0.1``.
 """
@@ -101,7 +101,7 @@ def test_bound_weights_bound_weight_ratios(law, param):
 
 
 def _exit_rank(spec, dk, min_logq):
-    """The rank at which the exact test of ``_orderstat_init`` exits (None: it does not
+    """The rank at which the exact test of ``orderstat.orderstat_init`` exits (None: it does not
     within the head), recomputed in Python."""
     n, n_int, x0, inv_h = int(spec.ipar[0, 2]), int(spec.ipar[0, 3]), spec.fpar[0, 0], spec.fpar[0, 1]
     r_max = math.exp(-min_logq) * OS._EXIT_MARGIN
@@ -144,7 +144,7 @@ def test_proof_of_empty_agrees_with_the_exact_test(text):
 
 
 def _tail_reference(spec, key, lf0, n_ranks):
-    """The lazy tail rank by rank, as ``_orderstat_tail`` computed it one rank per call
+    """The lazy tail rank by rank, as ``orderstat.orderstat_tail`` computed it one rank per call
     (with libm's pow for the gain): [(log q, A, M, q, mu)] for ranks 64, 65, ..."""
     c, n, n_head = 0, int(spec.ipar[0, 2]), int(spec.ipar[0, 4])
     n_int, base = int(spec.ipar[0, 3]), int(spec.ipar[0, 0])
@@ -211,7 +211,7 @@ def _neg_log_errors(us):
 
 
 def test_neg_log_is_within_its_stated_error_of_libm():
-    """_orderstat_below's -log(u) of the stream's uniforms ((k + 1) 2**-53, k < 2**53):
+    """orderstat_below's -log(u) of the stream's uniforms ((k + 1) 2**-53, k < 2**53):
     within a tenth of _NEG_LOG_ERR of libm's everywhere, ends of the range included."""
     rng = np.random.default_rng(8)
     k = rng.integers(0, 2 ** 53, 1_000_000, dtype=np.uint64).astype(np.float64)
