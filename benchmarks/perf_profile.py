@@ -17,7 +17,7 @@ Usage::
 
 The first run compiles for about a minute (the cache is fresh on purpose). Used for
 issue 23's profiles (benchmarks/README.md): e.g. Dirichlet-200 at P = 1024 spent 59% of
-its samples in ``dist._dirichlet_init`` and 21% in libm's ``log`` and ``exp``.
+its samples in ``dirichlet.dirichlet_init`` and 21% in libm's ``log`` and ``exp``.
 """
 
 from __future__ import annotations

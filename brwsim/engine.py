@@ -18,14 +18,9 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.keys import check_path, node_key, seed_key
 from brwsim.kernels.spec import Spec
-from brwsim.kernels.tree import (
-    NO_DEPTH_CAP,
-    TOO_FEW,
-    forest_chunk,
-    new_workspace,
-    simulate_chunk,
-    start_threshold,
-)
+from brwsim.kernels.aim import start_threshold
+from brwsim.kernels.forest import forest_chunk
+from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, new_workspace, simulate_chunk
 from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, echo
 
 

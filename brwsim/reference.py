@@ -19,7 +19,7 @@ import numpy as np
 
 from brwsim.environment import node_logprobs
 from brwsim.families.base import Family
-from brwsim.kernels.tree import TIE_REL
+from brwsim.kernels.select import TIE_REL
 
 __all__ = ["best_first", "env_provider", "sampling_provider"]
 

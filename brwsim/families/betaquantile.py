@@ -470,7 +470,7 @@ def cdf_table(a: float, b: float, n_int: int = CDF_INTERVALS) -> np.ndarray:
     points per interval, plus the quantile tables' error (1e-11 in log X) times twice the
     largest density on the grid, plus 1e-14. A uniform inside the interval by that margin
     gives parts that the quantile tables, too, put below y (see
-    ``brwsim.kernels.dist._split_empty``).
+    ``brwsim.kernels.dirichlet._split_empty``).
 
     Returns
     -------

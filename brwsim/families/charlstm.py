@@ -23,6 +23,7 @@ from brwsim.families.checkpoint import packed32
 from brwsim.families.ngram import load_corpus
 from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
+from brwsim.kernels.lstm import LSTM_BETA, LSTM_CARRY
 from brwsim.kernels.lstm import HDR, head_width, lstm_probs
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
@@ -336,8 +337,8 @@ class CharLSTM(RootSampled, Family):
 
     # -- numba form ----------------------------------------------------------------------
     def components(self, beta: float = 1.0) -> list[Component]:
-        return [Component(K.LSTM, fpar=[float(beta) / self.temperature,
-                                        float(self.carry)],
+        return [Component(K.LSTM, fpar={LSTM_BETA: float(beta) / self.temperature,
+                                        LSTM_CARRY: float(self.carry)},
                           data=self._block, head_cap=self._head_cap)]
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:

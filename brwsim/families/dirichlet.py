@@ -12,6 +12,7 @@ from brwsim.families.base import Component, Moments, check_int, check_positive
 from brwsim.families.betaquantile import tree_block
 from brwsim.families.orderstat import LAZY_ABOVE, _OrderStatFamily
 from brwsim.kernels import dist as K
+from brwsim.kernels.dirichlet import DIR_ALPHA, DIR_PICKED, DIR_VOCAB, PICK_MASS, dirichlet_head_cap
 from brwsim.theory.beta_laws import beta_step_law
 from brwsim.theory.laws import SpineLaw
 from brwsim.validate import MAX_VOCAB
@@ -27,17 +28,17 @@ AGGREGATE_VOCAB = (100, LAZY_ABOVE)
 
 
 def aggregation_component(alpha: float, vocab: int) -> Component:
-    """The lazy DIRICHLET component (``brwsim.kernels.dist._dirichlet_init``), with the Beta
+    """The lazy DIRICHLET component (``brwsim.kernels.dirichlet.dirichlet_init``), with the Beta
     quantile tables of its splits (:func:`brwsim.families.betaquantile.tree_block`)."""
     picked = picked_size(alpha, vocab)
-    return Component(K.DIRICHLET, [alpha], [vocab, picked],
+    return Component(K.DIRICHLET, fpar={DIR_ALPHA: alpha}, ipar={DIR_VOCAB: vocab, DIR_PICKED: picked},
                      data=tree_block(float(alpha), int(vocab), picked),
-                     head_cap=K.dirichlet_head_cap(vocab))
+                     head_cap=dirichlet_head_cap(vocab))
 
 
 def picked_size(alpha: float, vocab: int) -> int:
     """Largest group drawn by size-biased picks: m alpha <= ``PICK_MASS``, at most ``vocab``."""
-    return int(min(vocab, math.floor(K.PICK_MASS / alpha * (1.0 + 1e-12))))
+    return int(min(vocab, math.floor(PICK_MASS / alpha * (1.0 + 1e-12))))
 
 
 class Dirichlet(_OrderStatFamily):
@@ -46,9 +47,9 @@ class Dirichlet(_OrderStatFamily):
     Two samplers draw a node, both a function of the node's key. For alpha in
     ``AGGREGATE_ALPHA`` at vocabularies in ``AGGREGATE_VOCAB``: binary aggregation (halves
     of the vocabulary split by Beta(m1 alpha, m2 alpha) fractions, groups below the
-    caller's cut-off never split, ``brwsim.kernels.dist._dirichlet_init``), down to groups
+    caller's cut-off never split, ``brwsim.kernels.dirichlet.dirichlet_init``), down to groups
     of at most :func:`picked_size` tokens (total concentration m alpha at most
-    ``brwsim.kernels.dist.PICK_MASS`` = 2.5: 50 tokens at alpha = 0.05), which are drawn by
+    ``brwsim.kernels.dirichlet.PICK_MASS`` = 2.5: 50 tokens at alpha = 0.05), which are drawn by
     size-biased picks: each takes a Beta(1 + alpha, .) share of the group's rest, the
     heavy tokens first, until the rest is below the cut-off. Each split's beta draw
     inverts a tabulated quantile (:mod:`brwsim.families.betaquantile`, built when the

@@ -17,6 +17,7 @@ from brwsim.families.base import (
     tempered_listed,
 )
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import BANK_ROWS, BANK_WIDTH
 from brwsim.lazy import xarray as xr
 from brwsim.theory.laws import SpineSteps
 
@@ -97,7 +98,8 @@ class Empirical(Family):
 
     def components(self, beta: float = 1.0) -> list[Component]:
         rows = np.array([tempered_listed(r, beta) for r in self.rows]) if beta != 1.0 else self.rows
-        return [Component(K.BANK, ipar=[rows.shape[0], rows.shape[1]], data=log_or_minf(rows))]
+        return [Component(K.BANK, ipar={BANK_ROWS: rows.shape[0], BANK_WIDTH: rows.shape[1]},
+                          data=log_or_minf(rows))]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         row = self.rows[rng.integers(self.rows.shape[0])]

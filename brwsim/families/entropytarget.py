@@ -15,6 +15,7 @@ from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.families.geometric import Geometric
 from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import ENTROPY_VOCAB, entropy_shape_param
 from brwsim.kernels.special import zipf_sum
 from brwsim.lazy import xarray as xr
 from brwsim.theory.laws import (
@@ -111,7 +112,7 @@ class EntropyTarget(Family):
         vocab_i = self.vocab or 0
         hi = 1.0 - 1e-16 if code == 0 else _ZIPF_S_MAX
         self.params_per_value = np.array(
-            [K.entropy_shape_param(code, h, vocab_i, 0.0, hi) for h in self.entropies])
+            [entropy_shape_param(code, h, vocab_i, 0.0, hi) for h in self.entropies])
 
     def params(self) -> dict[str, Any]:
         if isinstance(self._source, str):
@@ -133,7 +134,7 @@ class EntropyTarget(Family):
             log_norm = np.zeros_like(param)
         else:
             log_norm = np.log([zipf_sum(self.vocab, s, 0) for s in param])
-        return [Component(K.ENTROPY, ipar=[self.vocab or 0],
+        return [Component(K.ENTROPY, ipar={ENTROPY_VOCAB: self.vocab or 0},
                           data=np.column_stack([param, log_norm]).ravel())]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:

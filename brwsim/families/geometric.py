@@ -10,6 +10,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_positive
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import GEOM_LOG_1MR, GEOM_LOG_R, GEOM_R
 from brwsim.theory.laws import CdfLaw, SpineLaw, SpineSteps, geometric_atom_count
 
 __all__ = ["Geometric"]
@@ -31,7 +32,8 @@ class Geometric(Family):
 
     def components(self, beta: float = 1.0) -> list[Component]:
         r = self.r ** beta
-        return [Component(K.GEOMETRIC, [r, math.log(r), math.log1p(-r)])]
+        return [Component(K.GEOMETRIC, fpar={GEOM_R: r, GEOM_LOG_R: math.log(r),
+                                                 GEOM_LOG_1MR: math.log1p(-r)})]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         r = self.r ** beta

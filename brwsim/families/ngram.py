@@ -24,7 +24,8 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int
 from brwsim.kernels import dist as K
-from brwsim.kernels.ngram import HDR, HDR_ORDER, kn_moments, kn_table, ngram_init
+from brwsim.kernels.ngram import (HDR, HDR_ORDER, NGRAM_BETA, NGRAM_DISCOUNT, NGRAM_ORDER, NGRAM_VOCAB,
+                                  kn_moments, kn_table, ngram_init)
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
 from brwsim.theory.laws import SpineSteps
@@ -248,7 +249,8 @@ class NGram(Family):
 
     # -- numba form --------------------------------------------------------------------
     def components(self, beta: float = 1.0) -> list[Component]:
-        return [Component(K.NGRAM, fpar=[float(beta), self.discount], ipar=[self.vocab, self.order],
+        return [Component(K.NGRAM, fpar={NGRAM_BETA: float(beta), NGRAM_DISCOUNT: self.discount},
+                          ipar={NGRAM_VOCAB: self.vocab, NGRAM_ORDER: self.order},
                           data=self._block, head_cap=self._head_cap)]
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 from brwsim.families.base import Component, Family
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, bound_weights, orderstat_bounds, orderstat_table
 from brwsim.kernels import dist as K
+from brwsim.kernels import orderstat as OS
 
 __all__ = ['LAZY_ABOVE', 'LAZY_HEAD']
 
@@ -51,7 +52,7 @@ class _OrderStatFamily(Family):
     2048 / 4096 / 32000 and P = 256 / 1024 / 4096: SD ratios 0.94 / 1.02 / 1.35, the last
     with 15 exact trees; constant 0.6 gives 2.8 at 32000, power 0.2 gives 0.53). Tail
     ranks cost O(1) each (two spline evaluations; the power from a table, within 2e-14 of
-    libm's), generated in blocks of up to ``brwsim.kernels.dist.TAIL_BLOCK`` ranks.
+    libm's), generated in blocks of up to ``brwsim.kernels.orderstat.TAIL_BLOCK`` ranks.
 
     A threshold pass mostly meets nodes whose rank 0 is below its cut-off; a table of the
     log-weight spline at the ends of cells of A (read off A's bits) proves that from the
@@ -71,15 +72,18 @@ class _OrderStatFamily(Family):
         table = orderstat_table(self._law, self._param(), float(beta))
         inv_h = N_INTERVALS / (X_MAX - X_MIN)
         # the weights (relative to the first) at the ends of a grid of cells in A, from
-        # the log-weight spline, for _orderstat_below's cheap proofs that a node's rank 0
+        # the log-weight spline, for orderstat_below's cheap proofs that a node's rank 0
         # is below a cut-off
-        bounds = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
+        bounds = orderstat_bounds(table, OS.OS_EMIN, OS.OS_EMAX, OS.OS_CELL_BITS)
         slack = ratio = 0.0
         if bounds is not None:
             table = np.concatenate([table, bound_weights(bounds[0])])
             slack = bounds[1]
-            ratio = math.exp(2.0 * slack) * (1.0 + K.OS_BOUND_WIDEN)
-        return [Component(K.ORDERSTAT, [X_MIN, inv_h, slack, ratio],
-                          [self.vocab, N_INTERVALS, n_head, int(lazy)],
+            ratio = math.exp(2.0 * slack) * (1.0 + OS.OS_BOUND_WIDEN)
+        return [Component(K.ORDERSTAT,
+                          fpar={OS.OS_X0: X_MIN, OS.OS_INV_H: inv_h, OS.OS_BOUND_SLACK: slack,
+                                OS.OS_BOUND_RATIO: ratio},
+                          ipar={OS.OS_VOCAB: self.vocab, OS.OS_N_INT: N_INTERVALS,
+                                OS.OS_N_HEAD: n_head, OS.OS_LAZY: int(lazy)},
                           data=table,
-                          head_cap=K.orderstat_head_cap(n_head, lazy))]
+                          head_cap=OS.orderstat_head_cap(n_head, lazy))]

@@ -12,6 +12,8 @@ from brwsim.families.base import Component, Family, Moments, check_int, check_po
 from brwsim.families.betaquantile import pair_block
 from brwsim.families.zipf import Zipf, _zipf_moments_at
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import (PEAKED_A, PEAKED_B, PEAKED_BETA, PEAKED_LOG_H1, PEAKED_LOG_HB,
+                                   PEAKED_S_BETA, PEAKED_VOCAB)
 from brwsim.kernels.special import zipf_sum
 from brwsim.theory.beta_laws import (
     beta_logit_expect,
@@ -51,7 +53,10 @@ class Peaked(Family):
         log_h1 = math.log(zipf_sum(self.vocab - 1, self.s, 0))
         log_hb = math.log(zipf_sum(self.vocab - 1, beta * self.s, 0))
         table, _ = pair_block([(self.a, self.b)])
-        return [Component(K.PEAKED, [self.a, self.b, beta * self.s, beta, log_h1, log_hb], [self.vocab],
+        return [Component(K.PEAKED, fpar={PEAKED_A: self.a, PEAKED_B: self.b, PEAKED_S_BETA: beta * self.s,
+                                            PEAKED_BETA: beta, PEAKED_LOG_H1: log_h1,
+                                            PEAKED_LOG_HB: log_hb},
+                          ipar={PEAKED_VOCAB: self.vocab},
                           data=table)]
 
     def _zipf_part(self) -> tuple[float, float, float]:

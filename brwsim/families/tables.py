@@ -157,7 +157,7 @@ def orderstat_bounds(table: np.ndarray, e_min: int, e_max: int, cell_bits: int
                      ) -> tuple[np.ndarray, float] | None:
     """Cell-end values of the log-weight spline of an :func:`orderstat_table`, and their slack.
 
-    The kernel (``brwsim.kernels.dist._orderstat_below``) bounds the spline at A by the
+    The kernel (``brwsim.kernels.orderstat.orderstat_below``) bounds the spline at A by the
     values at the ends of A's cell, A in [2**e (1 + k / 2**cell_bits),
     2**e (1 + (k + 1) / 2**cell_bits)) for e in [e_min, e_max): valid when the spline is
     non-increasing in log A, which is checked here over the whole grid. The slack covers

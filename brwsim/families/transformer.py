@@ -26,6 +26,7 @@ from brwsim.families.ngram import CORPORA, load_corpus
 from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
+from brwsim.kernels.transformer import TF_BETA, TF_CARRY, TF_SLOTS, TF_WINDOW
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.kernels.transformer import head_width, transformer_logits
 
@@ -271,9 +272,9 @@ class Transformer(RootSampled, Family):
     # -- numba form ----------------------------------------------------------------------
     def components(self, beta: float = 1.0) -> list[Component]:
         return [Component(K.TRANSFORMER,
-                          fpar=[float(beta) / self.temperature, float(self.carry),
-                                float(self.window)],
-                          ipar=[self._slots], data=self._block, head_cap=self._head_cap)]
+                          fpar={TF_BETA: float(beta) / self.temperature, TF_CARRY: float(self.carry),
+                                TF_WINDOW: float(self.window)},
+                          ipar={TF_SLOTS: self._slots}, data=self._block, head_cap=self._head_cap)]
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:
         if self._cprog is None:

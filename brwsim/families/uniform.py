@@ -9,6 +9,7 @@ import numpy as np
 
 from brwsim.families.base import Component, Family, Moments
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import UNIFORM_K, UNIFORM_LOGQ
 from brwsim.theory.laws import SpineLaw, SpineSteps
 from brwsim.validate import check_range
 
@@ -42,7 +43,7 @@ class Uniform(Family):
         return {"k": self.k}
 
     def components(self, beta: float = 1.0) -> list[Component]:
-        return [Component(K.UNIFORM, [-math.log(self.k)], [self.k])]
+        return [Component(K.UNIFORM, fpar={UNIFORM_LOGQ: -math.log(self.k)}, ipar={UNIFORM_K: self.k})]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         return np.full(self.k, 1.0 / self.k)

@@ -11,6 +11,7 @@ from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, Moments, check_int, check_positive
 from brwsim.families.tables import spline_starts_floors, zipf_norm_table
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import ZIPF_FLOOR, ZIPF_INV_H, ZIPF_N_INT, ZIPF_S_HI, ZIPF_S_LO, ZIPF_VOCAB
 from brwsim.kernels.special import zipf_sum
 from brwsim.theory.laws import SpineLaw, SpineSteps
 from brwsim.theory.zipf_laws import ZipfLaw, zipf_spread_law
@@ -56,10 +57,12 @@ class Zipf(Family):
         n_int = table.shape[0]
         inv_h = n_int / (hi - lo) if hi > lo else 1.0
         # the kernel reads each interval's start and floor instead of dividing
-        # (brwsim.kernels.dist._closed_init): [coefficients | starts | floors]
+        # (brwsim.kernels.closed.closed_level_init): [coefficients | starts | floors]
         starts, floors = spline_starts_floors(table, lo, inv_h)
         data = np.concatenate([table.ravel(), starts, floors])
-        return [Component(K.ZIPF, [lo, hi, inv_h, float(floors.min())], [self.vocab, n_int],
+        return [Component(K.ZIPF, fpar={ZIPF_S_LO: lo, ZIPF_S_HI: hi, ZIPF_INV_H: inv_h,
+                                          ZIPF_FLOOR: float(floors.min())},
+                          ipar={ZIPF_VOCAB: self.vocab, ZIPF_N_INT: n_int},
                           data=data)]
 
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:

@@ -4,7 +4,7 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
 
 * :data:`kernel` (``_nrt=False``) compiles kernels that never allocate: without the numba
   runtime they carry no reference counting, which otherwise costs two atomic operations
-  per array argument and call (measured: 200 -> 36 ns per tree node on Uniform(3)).
+  per array argument and call (``benchmarks/README.md`` has the cost).
 * :data:`inline_kernel` is :data:`kernel` inlined into its callers by numba itself (LLVM
   does not inline a cached callee with many array arguments): for the few small
   functions on a tree pass's hot path.
@@ -15,7 +15,7 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
   check), so that LLVM vectorises the loops; results may differ from :data:`kernel`'s in
   the last bits.
 
-Both cache compiled code in a folder keyed by a hash of brwsim's sources. numba's own
+All four cache compiled code in a folder keyed by a hash of brwsim's sources. numba's own
 cache only notices changes to a function's file, so a caller in another module would keep
 stale machine code of a changed callee; keying on every source avoids that.
 ``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``.

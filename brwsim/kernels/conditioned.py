@@ -21,7 +21,8 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.dist import ORDERSTAT, ROOT_DRAW, dist_init, dist_next
+from brwsim.kernels.dist import COMP, ORDERSTAT, ROOT_DRAW, dist_init, dist_next
+from brwsim.kernels.orderstat import OS_N_HEAD
 from brwsim.kernels.rng import child_key, root_key
 
 # Bisection steps on [lo, t_max]: tau to 2^-14 t_max (< 1e-3 nats). G is quadratic at its
@@ -77,8 +78,8 @@ def _expand(kinds, cw, fpar, ipar, data, cprog, lf, li, head, key, x0, t_max, hx
     """
     dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, x0 - t_max,
               ROOT_DRAW, 0)
-    if kinds[li[0, 2]] == ORDERSTAT:
-        work[0] += ipar[li[0, 2], 4]    # its exact head is drawn up front
+    if kinds[li[0, COMP]] == ORDERSTAT:
+        work[0] += ipar[li[0, COMP], OS_N_HEAD]     # its exact head is drawn up front
     cap = hx.shape[0]
     r = 0
     while True:

@@ -14,10 +14,10 @@ is that token's rank among the target's children, which names the node (its key 
 and gives its true log-probability ``head[d, rank]``. The sampled target path is the
 optimal pass's: the child of target rank r is on it iff cum_{r-1} < U <= cum_r.
 
-Three shapes, each scored by ``tree._accumulate`` on TRUE path probabilities:
+Three shapes, each scored by ``select.accumulate`` on TRUE path probabilities:
 
 * :func:`best_chunk`: best-first by the draft's path log-probability, as a threshold
-  pass (``tree._retarget``) in depth-first pre-order with children in the draft's rank
+  pass (``aim.retarget``) in depth-first pre-order with children in the draft's rank
   order; the draft's children are sorted, so a node's scan stops at its first child above
   the threshold. The target's row of a node is set up only when the node gets a child.
 * :func:`chain_chunk`: the draft's greedy chain (its rank-0 child at every level).
@@ -32,25 +32,15 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I
+from brwsim.kernels.dist import CTX_F, CTX_I, DATA_OFF, LEVEL_F, LEVEL_I
 from brwsim.kernels.policies import NEG_INF, _init_node, _layer_top, _preset_row
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.netinit import net_init
-from brwsim.kernels.transformer import META
-from brwsim.kernels.tree import (
-    AIM_TIES,
-    _ABORT,
-    _TOO_DEEP,
-    MAX_NODES,
-    _accumulate,
-    _aim,
-    _node_buffers,
-    _retarget,
-    _select_by,
-    _tie_cut,
-    _within,
-    first_levels,
-)
+from brwsim.kernels.transformer import META, TF_CARRY, TF_SLOTS, TF_WINDOW
+from brwsim.kernels.aim import AIM_TIES, aim, retarget
+from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
+from brwsim.kernels.select import accumulate, select_by, tie_cut, within
+from brwsim.kernels.tree import first_levels, node_buffers
 
 
 # ---------------------------------------------------------------------------------------
@@ -70,8 +60,8 @@ def _root(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbet
     dprog[2] = n
     for j in range(n):
         dprog[5 + j] = head[0, mm + META + j]
-    nd = net_init(False, ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, 0, -1,
-                  True, 0, 0, min_dlogq, dhead, 0)
+    nd = net_init(False, ddata, 0, dbeta, fpar[0, TF_CARRY], fpar[0, TF_WINDOW], ipar[0, TF_SLOTS],
+                  dprog, 0, -1, True, 0, 0, min_dlogq, dhead, 0)
     dhead[0, mm + 1] = head[0, mm + 1]        # tokens carried past the window (generation)
     return nd
 
@@ -79,8 +69,8 @@ def _root(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbet
 @kernel
 def _draft_child(fpar, ipar, ddata, dbeta, dprog, d, pd, k, n_list, min_dlogq, dhead):
     """The draft's row of the child of draft rank ``k`` of level ``pd``; its listed count."""
-    return net_init(False, ddata, 0, dbeta, fpar[0, 1], fpar[0, 2], ipar[0, 2], dprog, d, pd,
-                    False, k, n_list, min_dlogq, dhead, 0)
+    return net_init(False, ddata, 0, dbeta, fpar[0, TF_CARRY], fpar[0, TF_WINDOW], ipar[0, TF_SLOTS],
+                    dprog, d, pd, False, k, n_list, min_dlogq, dhead, 0)
 
 
 @kernel
@@ -128,15 +118,15 @@ def _best_levels(n_levels, head_cap, dcap, v):
 def _best_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, ddata, dbeta, v,
                   t, cap, dmax, dprog, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, p_lev,
                   k_lev, r_lev, dn, ready, fwd, lf, li, head, dhead, inv):
-    """Nodes with draft position <= _tie_cut(t), in pre-order (children in draft rank order).
+    """Nodes with draft position <= tie_cut(t), in pre-order (children in draft rank order).
 
     ``est`` the draft's position -log q_draft(path), ``pos`` the true one; returns the
-    count, ``_ABORT`` or ``_TOO_DEEP`` as ``tree._collect``. Nodes deeper than ``dmax``
+    count, ``ABORT`` or ``TOO_DEEP`` as ``collect.collect``. Nodes deeper than ``dmax``
     (the largest budget) are never collected. ``fwd[0]`` counts the draft's forward
     set-ups, ``fwd[1]`` the target's (both added to).
     """
     n_levels = keys.shape[0]
-    t = _tie_cut(t)
+    t = tie_cut(t)
     keys[0] = rkey
     s_lev[0] = 0.0
     t_lev[0] = 0.0
@@ -170,9 +160,9 @@ def _best_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, dda
         if r < 0:
             continue
         if n >= cap:
-            return _ABORT
+            return ABORT
         if d + 1 >= n_levels:
-            return _TOO_DEEP
+            return TOO_DEEP
         child_on = 1 if on_lev[d] == 1 and p_lev[d] == r else 0
         st = t_lev[d] - head[d, r]
         est[n] = sc
@@ -206,12 +196,12 @@ def best_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, 
     Returns (nodes collected, draft forward set-ups, target forward set-ups, threshold);
     nodes = -1 when more than MAX_NODES nodes tie.
     """
-    v = int(data[ipar[0, 0] + 1])
+    v = int(data[ipar[0, DATA_OFF] + 1])
     p_max = budgets[budgets.shape[0] - 1]
     cap = 6 * p_max + 64
     est = np.empty(cap)
-    pos, dep, onpath, order = _node_buffers(cap)
-    dprog = np.zeros(5 + ipar[0, 2])
+    pos, dep, onpath, order = node_buffers(cap)
+    dprog = np.zeros(5 + ipar[0, TF_SLOTS])
     n_levels = min(first_levels(head_cap + dcap), p_max + 1)
     (keys, s_lev, t_lev, on_lev, p_lev, k_lev, r_lev, dn, ready,
      lf, li, head, dhead, inv) = _best_levels(n_levels, head_cap, dcap, v)
@@ -227,25 +217,25 @@ def best_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, 
                               rcf[col], ddata, dbeta, v, t, cap, p_max, dprog, est, pos, dep,
                               onpath, keys, s_lev, t_lev, on_lev, p_lev, k_lev, r_lev, dn, ready,
                               forwards, lf, li, head, dhead, inv)
-            if n == _TOO_DEEP:
+            if n == TOO_DEEP:
                 n_levels = min(2 * n_levels, p_max + 1)
                 (keys, s_lev, t_lev, on_lev, p_lev, k_lev, r_lev, dn, ready,
                  lf, li, head, dhead, inv) = _best_levels(n_levels, head_cap, dcap, v)
                 continue
-            visited += cap if n == _ABORT else n
-            core = n if n < p_max else _within(est, n, t)
-            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
+            visited += cap if n == ABORT else n
+            core = n if n < p_max else within(est, n, t)
+            done, t, t_lo, t_hi, widen = retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, forwards[0], forwards[1], t
                 cap *= 2
                 est = np.empty(cap)
-                pos, dep, onpath, order = _node_buffers(cap)
+                pos, dep, onpath, order = node_buffers(cap)
             if done:
                 break
-        _select_by(n, est, dep, order, budgets)
-        _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
-        t = _aim(n, p_max, t, AIM_TIES, 0.0, 1.0)
+        select_by(n, est, dep, order, budgets)
+        accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
+        t = aim(n, p_max, t, AIM_TIES, 0.0, 1.0)
     return visited, forwards[0], forwards[1], t
 
 
@@ -259,10 +249,10 @@ def chain_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
 
     Two alternating rows per model; the chain of budget P is its first P nodes.
     """
-    v = int(data[ipar[0, 0] + 1])
+    v = int(data[ipar[0, DATA_OFF] + 1])
     p_max = budgets[budgets.shape[0] - 1]
-    pos, dep, onpath, order = _node_buffers(p_max)
-    dprog = np.zeros(5 + ipar[0, 2])
+    pos, dep, onpath, order = node_buffers(p_max)
+    dprog = np.zeros(5 + ipar[0, TF_SLOTS])
     lf, li, head, dhead, inv = _rows(2, head_cap, dcap, v)
     p_lev = np.empty(2, np.int64)
     for col in range(rkeys.shape[0]):
@@ -293,7 +283,7 @@ def chain_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                                   dhead)
                 _target_view(v, key, 1 - a, on, li, head, inv, p_lev)
         bc = np.minimum(budgets, n)
-        _accumulate(order, pos, dep, onpath, bc, acc_out, exp_out, dep_out, col)
+        accumulate(order, pos, dep, onpath, bc, acc_out, exp_out, dep_out, col)
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,17 +349,17 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
     The tree of budget P is the first P candidates by (draft path value, depth, generation
     order); ``budgets`` is non-decreasing, already capped at the policy's ``total``.
     """
-    v = int(data[ipar[0, 0] + 1])
+    v = int(data[ipar[0, DATA_OFF] + 1])
     cap = topk + (depth - 1) * topk * topk
     est = np.empty(cap)
-    pos, dep, onpath, order = _node_buffers(cap)
+    pos, dep, onpath, order = node_buffers(cap)
     ckey = np.empty(cap, np.uint64)
     crank = np.empty(cap, np.int64)
     cdrank = np.empty(cap, np.int64)
     crow = np.empty(cap, np.int64)
     lay = np.empty(topk * topk, np.int32)
     n_rows = 1 + (depth - 1) * topk
-    dprog = np.zeros(5 + ipar[0, 2])
+    dprog = np.zeros(5 + ipar[0, TF_SLOTS])
     lf, li, head, dhead, inv = _rows(n_rows, head_cap, dcap, v)
     dn = np.empty(n_rows, np.int64)
     p_lev = np.empty(n_rows, np.int64)
@@ -381,5 +371,5 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
                           ckey, crank, cdrank, crow, lay, dn, p_lev, lf, li, head, dhead, inv)
         for b in range(budgets.shape[0]):
             bc[b] = min(budgets[b], n)
-        _select_by(n, est, dep, order, bc)
-        _accumulate(order, pos, dep, onpath, bc, acc_out, exp_out, dep_out, col)
+        select_by(n, est, dep, order, bc)
+        accumulate(order, pos, dep, onpath, bc, acc_out, exp_out, dep_out, col)

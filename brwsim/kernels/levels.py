@@ -1,6 +1,6 @@
 """The level-synchronous threshold pass of i.i.d. Zipf families with a spread of exponents.
 
-:func:`brwsim.kernels.tree._collect` walks a tree depth first: every node's set-up (its
+:func:`brwsim.kernels.collect.collect` walks a tree depth first: every node's set-up (its
 key's hashes, its exponent, its normaliser's spline) waits on the branch that decided
 to descend into it, and every node's list of children ends in a branch the processor
 cannot predict. For a family whose nodes are i.i.d. Zipf laws with a spread of
@@ -15,25 +15,21 @@ the same nodes level by level, in loops without data-dependent branches:
 2. **Children.** The level's counts' prefix sums give every child's slot; each slot's
    owner comes from a running maximum, and one flat loop writes the positions, depths
    and path flags and, without a branch, appends the children that may have children of
-   their own (rank 0's -log q at least the lowest floor: ``top``, as in ``_walk``) to the
-   next level's candidates.
+   their own (rank 0's -log q at least the lowest floor: ``top``, as in
+   ``collect.walk_pass``) to the next level's candidates.
 3. **Set-up.** The candidates' keys and uniforms are hashed in a loop of their own (which
    LLVM vectorises), their exponents' spline intervals read in another, and the
    candidates whose interval floor keeps them below t are kept, without a branch, as the
    next level's nodes; only those evaluate their normaliser.
 
 The target's sampled path is followed through one node per level (its children in rank
-order until their probabilities pass its uniform), as ``_walk`` does. The pass collects
-exactly the nodes of ``_collect`` at the same cut-off, with the same positions, depths
+order until their probabilities pass its uniform), as ``collect.walk_pass`` does. The pass
+collects exactly the nodes of ``collect.collect`` at the same cut-off, with the same positions, depths
 and path flags, but not in pre-order: where pre-order breaks a tie at a budget's cut,
 the caller collects the root again depth first (:func:`brwsim.kernels.tree.grow_tree`).
 A short pass is repeated at a higher cut-off, not continued.
 
-Measured on a 2-core AMD EPYC VM (issue 23, ninth round, benchmarks/README.md): a
-prototype of these loops (without the path and the depths) took 14.5 ns per collected
-node against 26 ns for ``_collect`` on the same 30 roots of zipf(1.5, 128000, 0.4) at
-the cut-offs of P = 65536; whole runs of that family at P = 65536 went from 2.3-2.6e7
-to 4.2-4.7e7 tree nodes per second with this pass and the new scoring.
+Its timings against the depth-first pass are in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -43,17 +39,18 @@ import math
 import numpy as np
 
 from brwsim.kernels import inline_kernel, kernel, njit_cached
-from brwsim.kernels.dist import DIST, ZIPF, log_int
-from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
+from brwsim.kernels.collect import ABORT
+from brwsim.kernels.closed import ZIPF_INV_H, ZIPF_N_INT, ZIPF_S_HI, ZIPF_S_LO, ZIPF_VOCAB, log_int
+from brwsim.kernels.kinds import DATA_OFF, ZIPF
+from brwsim.kernels.rng import DIST, PATH, child_key, purpose_key, unit
 from brwsim.kernels.special import exp_neg, spline_index, spline_poly
 
-_ABORT = -1          # more than ``cap`` nodes (the same code as the tree pass's)
 _EXP_CAP = 11.8      # exp of more than this exceeds every vocabulary (MAX_VOCAB < e**11.8)
 _FIRST = 8           # ranks a node's count tests at once
 # log(r + 1) of those ranks, by the libm log the kernels call (dist.log_int's bits)
 _LOG_FIRST = np.array([math.log(float(r + 1)) for r in range(_FIRST)])
 #: The smallest largest budget passed level by level: below it the continued depth-first
-#: passes are faster (zipf(1.5, 128000, 0.4): 0.94x at P = 64, 1.11x at 256, 1.26x at 4096).
+#: passes are faster (``benchmarks/README.md``).
 LEVEL_MIN_P = 256
 
 
@@ -64,7 +61,7 @@ def level_family(kinds, fpar, closed, p_max):
     depth-first pass, whose pre-order breaks the ties, is the faster), largest budget
     ``p_max`` at least :data:`LEVEL_MIN_P`."""
     return (closed and p_max >= LEVEL_MIN_P and kinds.shape[0] == 1 and kinds[0] == ZIPF
-            and fpar[0, 1] > fpar[0, 0])
+            and fpar[0, ZIPF_S_HI] > fpar[0, ZIPF_S_LO])
 
 
 @njit_cached
@@ -105,7 +102,7 @@ def _interval(u, s_lo, s_w, inv_h, n_int):
 @inline_kernel
 def _zipf_setup(data, off, n_int, s_lo, s_w, inv_h, dk):
     """(exponent, log-normaliser) of a node whose distribution key is ``dk``: the same bits
-    as :func:`brwsim.kernels.dist._closed_init`."""
+    as :func:`brwsim.kernels.closed.closed_level_init`."""
     s = s_lo + unit(dk, 1) * s_w
     j = spline_index(n_int, s_lo, inv_h, s)
     return s, spline_poly(data, off + 4 * j, s - data[off + 4 * n_int + j])
@@ -122,11 +119,11 @@ def level_pass(fpar, ipar, data, rkey, t, cap, cut, top, pos, dep, onpath, lv):
     rkey : numpy.uint64
         The root's key (its distribution is drawn, as ``ROOT_DRAW``).
     t : float
-        The cut-off, already widened by the tie rule (``tree._tie_cut``).
+        The cut-off, already widened by the tie rule (``select.tie_cut``).
     cap, cut : int
-        At most ``cap`` nodes (else ``_ABORT``), none deeper than ``cut``.
+        At most ``cap`` nodes (else ``ABORT``), none deeper than ``cut``.
     top : float
-        An upper bound on every node's rank-0 log-probability (``tree._top_bound``).
+        An upper bound on every node's rank-0 log-probability (``collect.top_bound``).
     pos, dep, onpath : numpy.ndarray
         Receive the nodes' positions, depths and path flags (1: on the target's path).
     lv : tuple
@@ -135,15 +132,15 @@ def level_pass(fpar, ipar, data, rkey, t, cap, cut, top, pos, dep, onpath, lv):
     Returns
     -------
     int
-        The number of nodes, or ``_ABORT``.
+        The number of nodes, or ``ABORT``.
     """
     ekey, eS, es, eL, eoff, owner, gp, grk, gS, tkey, tu, tj = lv
-    s_lo = fpar[0, 0]
-    s_w = fpar[0, 1] - s_lo
-    inv_h = fpar[0, 2]
-    off = ipar[0, 0]
-    vocab = ipar[0, 2]
-    n_int = ipar[0, 3]
+    s_lo = fpar[0, ZIPF_S_LO]
+    s_w = fpar[0, ZIPF_S_HI] - s_lo
+    inv_h = fpar[0, ZIPF_INV_H]
+    off = ipar[0, DATA_OFF]
+    vocab = ipar[0, ZIPF_VOCAB]
+    n_int = ipar[0, ZIPF_N_INT]
     ekey[0] = rkey
     eS[0] = 0.0
     es[0], eL[0] = _zipf_setup(data, off, n_int, s_lo, s_w, inv_h, purpose_key(rkey, DIST))
@@ -155,7 +152,7 @@ def level_pass(fpar, ipar, data, rkey, t, cap, cut, top, pos, dep, onpath, lv):
     while ne > 0:
         tot = _counts(eS, es, eL, ne, t, vocab, eoff)
         if n + tot > cap:
-            return _ABORT
+            return ABORT
         d += 1
         m = _children(eS, es, eL, eoff, owner, ne, tot, n, d, d < cut, t, top, pos, dep, onpath,
                       gp, grk, gS)
@@ -226,7 +223,7 @@ def _children(eS, es, eL, eoff, owner, ne, tot, n, d, deep, t, top, pos, dep, on
 @kernel
 def _path_child(S, s, L, u, first, count, e, n, onpath, gp, grk, m):
     """Mark the sampled child of the path node ``e`` (children's probabilities in rank order
-    until they pass its uniform ``u``, as ``tree._walk``); returns its index among the
+    until they pass its uniform ``u``, as ``collect.walk_pass``); returns its index among the
     ``m`` candidates, or -1 (not among its ``count`` children, or not a candidate)."""
     c = 0.0
     for r in range(count):

@@ -75,12 +75,17 @@ from numba import types
 from numba.extending import intrinsic
 
 from brwsim.kernels import dense_kernel, kernel, njit_cached
+from brwsim.kernels.kinds import LSTM, lowered_cut
 
 HDR = 14            # block header entries
 EPS = 1e-7          # Keras' backend epsilon in the attention denominator
 BATCH = 8           # children whose states are computed together
 HIST = 64           # the row's last classes (window <= HIST - 1) and, last, g
-_MARGIN = 1e-9      # relative margin of the cut-off: never drop a rank the caller would use
+# Parameter slots of an LSTM component (the family writes them by these names)
+LSTM_BETA = 0       # fpar: 1 / temperature
+LSTM_CARRY = 1      # fpar: classes carried past the window
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {LSTM: ((LSTM_BETA, LSTM_CARRY), ())}
 
 # exp(x) = 2**k exp(r), k = round(x / ln 2), |r| <= ln(2) / 2 (Cody-Waite), exp(r) by its
 # Taylor polynomial of degree 12 (truncation below 2e-16 relative): branch-free, so that
@@ -651,7 +656,7 @@ def _listed(data, o, beta, row, head, min_logq):
     hr = head[row]
     zz = hr[l0:l0 + v]
     _zmax, lz = _lse(data, o, beta, hr, s + 4 * u, zz, hr[l0 + v:l0 + 2 * v])
-    thr = min_logq - _MARGIN * (1.0 + abs(min_logq)) if min_logq > -np.inf else -np.inf
+    thr = lowered_cut(min_logq)
     # batch size of the children: with a finite cut, a tree pass visits every listed rank
     # in order; without one (walks, policies) the caller may want any single rank
     hr[f + 3 + 8 * u] = BATCH if min_logq > -np.inf else 1

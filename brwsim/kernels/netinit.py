@@ -3,10 +3,10 @@
 numba links the code of every callee into each kernel that calls it, and optimises and
 compiles each linked copy again. The set-up of an LSTM or transformer node
 (:func:`~brwsim.kernels.lstm.lstm_init`, :func:`~brwsim.kernels.transformer.transformer_init`,
-with their products and gates) is the largest code in brwsim, and it was reached from every
+with their products and gates) is the largest code in brwsim, and it is reached from every
 kernel that runs a contextual family (the optimal tree, forests, the policies, the drafter,
-generation runs, path distributions) through every level in between. A cold compile of the
-optimal tree's contextual specialisation took 116 s alone, against 48 s for the plain one.
+generation runs, path distributions) through every level in between: linked into each, it
+would be compiled once per kernel.
 
 Here that code sits behind one C function, :data:`SYMBOL`: a numba ``cfunc`` compiled once
 per cache, and called from kernels by its name (:func:`net_init`, a
@@ -21,10 +21,7 @@ or load a kernel whose first parameter ``kinds`` is a contextual array
 family never compiles it. Until then the name points at :func:`_fallback`, which registers
 the compiled function and forwards the call through ctypes (the same numbers, slower per
 call), so a kernel linked before :func:`register` ran never calls an unresolved name.
-
-Measured cold (one process, empty cache): the optimal tree for an n-gram family compiled in
-116 s before, 88 s now (the set-up itself about 25 s of it, once); the test suite (2 cores,
-empty cache) took 573 s before and 510 s now, wall.
+Its compile times are in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations

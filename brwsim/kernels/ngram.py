@@ -38,10 +38,17 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
+from brwsim.kernels.kinds import CUT_MARGIN, NGRAM, lowered_cut
 
 HDR = 6             # block header: V, N, D, base, order-3 child ranges, sorted base
 HDR_ORDER = 7       # per order >= 3: n_ctx, key, child, ptr, lam, tok, w
-_MARGIN = 1e-9      # relative margin of the cut-off: never drop a rank the caller would use
+# Parameter slots of an NGRAM component (the family writes them by these names)
+NGRAM_BETA = 0      # fpar: 1 / temperature
+NGRAM_DISCOUNT = 1  # fpar: Kneser-Ney discount (the tables in data already apply it)
+NGRAM_VOCAB = 2     # ipar: vocabulary
+NGRAM_ORDER = 3     # ipar: order N
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {NGRAM: ((NGRAM_BETA, NGRAM_DISCOUNT), (NGRAM_VOCAB, NGRAM_ORDER))}
 
 
 @kernel
@@ -174,9 +181,9 @@ def ngram_init(data, o, beta, ctx, min_logq, head, d):
             else:
                 z += (head[d, acc + w] + wt * data[b + w]) ** beta
         lz = math.log(z)
-    thr = min_logq - _MARGIN * (1.0 + abs(min_logq)) if min_logq > -np.inf else -np.inf
+    thr = lowered_cut(min_logq)
     # q >= q_thr <=> beta log q - lz >= thr, with a margin: the exact cut is the merge's
-    q_thr = math.exp((thr + lz) / beta) * (1.0 - _MARGIN)
+    q_thr = math.exp((thr + lz) / beta) * (1.0 - CUT_MARGIN)
     n_k = 0                             # touched tokens above the cut-off, at [V - n_k, V)
     for i in range(v - 1, v - 1 - n_t, -1):
         w = int(head[d, v + i])

@@ -4,22 +4,22 @@ Every kernel here reads the environment the optimal pass reads (same root keys, 
 DIST and PATH purposes; :mod:`brwsim.kernels.tree`), so a policy and the optimal tree are
 compared on common random numbers: the same node distributions and the same sampled target
 path (the child of rank r is on the path iff cum_{r-1} < U <= cum_r, cumulative sums of
-the true probabilities taken in rank order, exactly as :func:`tree._collect` sums them).
+the true probabilities taken in rank order, exactly as :func:`collect.collect` sums them).
 
 Three builders, one scorer:
 
 * :func:`static_chunk`: a fixed shape (chain, k-ary, expansion, Sequoia) given as pre-order
   arrays (depth, rank within the parent, leaf flag) and a priority order for nested budgets,
-  walked with a level stack like :func:`tree._collect`.
+  walked with a level stack like :func:`collect.collect`.
 * :func:`dynamic_chunk`: EAGLE-2/3 layers (top-k of the newest layer expanded into top-k
   children each), then the global top nodes by path value.
 * :func:`noisy_chunk`: best-first by a drafter's *estimated* path probability, as a
   threshold pass over the estimated positions (the estimated tree is not sorted by rank).
 
-Per budget, ``tree._accumulate`` scores the first ``budgets[b]`` nodes of a priority order:
+Per budget, ``select.accumulate`` scores the first ``budgets[b]`` nodes of a priority order:
 accepted count, E[X | T] = sum of TRUE path probabilities in exact two-limb fixed point
-(independent of the order of addition), and depth. ``tree._select_nested`` is
-``_select_by`` then ``_accumulate`` with the positions as both key and value; the noisy
+(independent of the order of addition), and depth. ``select.select_nested`` is
+``select_by`` then ``accumulate`` with the positions as both key and value; the noisy
 policy selects by estimate and scores by truth.
 
 Environment access goes through :func:`_init_node` and :func:`_next_logq` only: every
@@ -36,24 +36,10 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
-from brwsim.kernels.tree import (
-    AIM_TIES,
-    _ABORT,
-    _TOO_DEEP,
-    MAX_NODES,
-    _accumulate,
-    _aim,
-    _before,
-    _new_levels,
-    _node_buffers,
-    _retarget,
-    _select,
-    _select_by,
-    _select_nested,
-    _tie_cut,
-    _within,
-    first_levels,
-)
+from brwsim.kernels.aim import AIM_TIES, aim, retarget
+from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
+from brwsim.kernels.select import accumulate, before, select, select_by, select_nested, tie_cut, within
+from brwsim.kernels.tree import first_levels, new_levels, node_buffers
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
 NOISE = np.uint64(0x452821E638D01377)
@@ -165,7 +151,7 @@ def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci
     n_levels = 1
     for i in range(n):
         n_levels = max(n_levels, sdep[i] + 1)
-    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(n_levels, head_cap)
     r_lev = np.empty(n_levels, np.int64)
     p_lev = np.empty(n_levels, np.int64)
     pos = np.empty(n)
@@ -176,7 +162,7 @@ def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci
         _static_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col], rcf[col],
                      sdep, srank, sleaf, pos, dep, onpath, keys, s_lev, on_lev, u_lev, c_lev,
                      r_lev, p_lev, lf, li, head)
-        _accumulate(sorder, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
+        accumulate(sorder, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,11 +202,11 @@ def _layer_top(lay, start, n, topk, pos, dep):
         lay[j] = start + j
     kk = min(topk, m)
     if kk < m:
-        _select(lay, 0, m, kk, pos, dep)
+        select(lay, 0, m, kk, pos, dep)
     for a in range(1, kk):
         v = lay[a]
         b = a - 1
-        while b >= 0 and _before(pos, dep, v, lay[b]):
+        while b >= 0 and before(pos, dep, v, lay[b]):
             lay[b + 1] = lay[b]
             b -= 1
         lay[b + 1] = v
@@ -289,7 +275,7 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
                           rcf[col], depth, topk, pos, dep, onpath, ckey, crank, crow, lay, lf, li, head)
         for b in range(budgets.shape[0]):
             bc[b] = min(budgets[b], n)
-        _select_nested(n, pos, dep, onpath, order, bc, acc_out, exp_out, dep_out, col)
+        select_nested(n, pos, dep, onpath, order, bc, acc_out, exp_out, dep_out, col)
 
 
 # ---------------------------------------------------------------------------------------
@@ -381,17 +367,17 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
                    exact, kh, t, cap,
                    dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
                    r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
-    """Nodes with estimated position <= _tie_cut(t), in pre-order (children in rank order).
+    """Nodes with estimated position <= tie_cut(t), in pre-order (children in rank order).
 
     Writes the estimated position (``est``), the true one (``pos``), depth and path flag of
-    each; returns the count, ``_ABORT`` or ``_TOO_DEEP`` as ``tree._collect``. Head ranks
+    each; returns the count, ``ABORT`` or ``TOO_DEEP`` as ``collect.collect``. Head ranks
     are unsorted under noise and all scanned; tail ranks are monotone and stop the scan.
     Nodes deeper than ``dmax`` (the largest budget) are skipped: no tree of that many
     nodes holds them, and a drafter whose estimate rounds to 1 along a path (an infinite
     set of nodes at one estimated position) stays finite.
     """
     n_levels = keys.shape[0]
-    t = _tie_cut(t)                     # collect past every estimate tied with one <= t
+    t = tie_cut(t)                     # collect past every estimate tied with one <= t
     keys[0] = rkey
     s_lev[0] = 0.0
     t_lev[0] = 0.0
@@ -437,9 +423,9 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
                 d -= 1
                 continue
         if n >= cap:
-            return _ABORT
+            return ABORT
         if d + 1 >= n_levels:
-            return _TOO_DEEP
+            return TOO_DEEP
         child_on = 1 if on_lev[d] == 2 and p_lev[d] == r else 0
         st = t_lev[d] - lq
         est[n] = sc
@@ -461,7 +447,7 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
 
 @njit_cached
 def _noisy_levels(n_levels, head_cap, kh):
-    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = _new_levels(n_levels, head_cap)
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(n_levels, head_cap)
     return (keys, s_lev, np.empty(n_levels), on_lev, u_lev, c_lev, np.empty(n_levels, np.int64),
             np.empty(n_levels, np.int64), np.empty(n_levels, np.int64), np.empty(n_levels),
             np.empty(n_levels), np.empty((n_levels, kh + 1)), np.empty((n_levels, max(kh, 1))),
@@ -505,25 +491,25 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                                t, cap, p_max, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev,
                                u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
                                head)
-            if n == _TOO_DEEP:
+            if n == TOO_DEEP:
                 n_levels *= 2
                 (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev,
                  lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
                 continue
-            visited += cap if n == _ABORT else n
-            core = n if n < p_max else _within(est, n, t)
-            done, t, t_lo, t_hi, widen = _retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
+            visited += cap if n == ABORT else n
+            core = n if n < p_max else within(est, n, t)
+            done, t, t_lo, t_hi, widen = retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t
                 cap *= 2
                 est = np.empty(cap)
-                pos, dep, onpath, order = _node_buffers(cap)
+                pos, dep, onpath, order = node_buffers(cap)
             if done:
                 break
-        _select_by(n, est, dep, order, budgets)
-        _accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
-        t = _aim(n, p_max, t, AIM_TIES, 0.0, 1.0)
+        select_by(n, est, dep, order, budgets)
+        accumulate(order, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
+        t = aim(n, p_max, t, AIM_TIES, 0.0, 1.0)
     return visited, t
 
 

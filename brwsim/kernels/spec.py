@@ -3,28 +3,37 @@
 A family's numba form is a list of :class:`Component` (one unless it is a mixture);
 :func:`compile_spec` packs them, with a context program, into a :class:`Spec`, whose
 fields are the leading arguments of every tree, policy and walk kernel. The layout of
-``fpar``/``ipar``/``data`` per kind is owned by :mod:`brwsim.kernels.dist`.
+``fpar``/``ipar``/``data`` per kind is owned by the kind's sampler module (named slots, see
+:data:`brwsim.kernels.kinds.KIND_TABLE`), and a family writes a component's parameters by
+those names: ``fpar`` and ``ipar`` map slots to values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from brwsim.kernels.dist import NF, NI, kinds_dtype
+from brwsim.kernels.dist import kinds_dtype
+from brwsim.kernels.kinds import DATA_LEN, DATA_OFF, FIRST_OWN, NF, NI
 
 __all__ = ["Component", "Spec", "compile_spec"]
 
 
 @dataclass
 class Component:
-    """One numba component: a kind code, parameters and a data block."""
+    """One numba component: a kind code, parameters and a data block.
+
+    ``fpar`` and ``ipar`` map the kind's named slots (constants of its sampler module) to
+    values; ``ipar``'s slots below ``FIRST_OWN`` (the data block's offset and length) are
+    written by :func:`compile_spec`.
+    """
 
     kind: int
-    fpar: list[float] = field(default_factory=list)
-    ipar: list[int] = field(default_factory=list)
+    fpar: Mapping[int, float] = field(default_factory=dict)
+    ipar: Mapping[int, int] = field(default_factory=dict)
     data: np.ndarray = field(default_factory=lambda: np.zeros(0))
     weight: float = 1.0
     head_cap: int = 0
@@ -45,11 +54,12 @@ class Spec(NamedTuple):
 def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spec:
     """Pack components (and a context program) into a :class:`Spec`.
 
-    ``ipar[:, 0:2]`` become (offset, length) of each component's data block; ``cprog``
-    defaults to the i.i.d. program (see :mod:`brwsim.kernels.dist`). ``kinds`` is int32
-    when a component is an n-gram or LSTM and int64 otherwise
+    ``ipar[:, DATA_OFF]`` and ``ipar[:, DATA_LEN]`` become the offset and length of each
+    component's data block, the other slots are the components' own, by slot; ``cprog``
+    defaults to the i.i.d. program (see :mod:`brwsim.kernels.context`). ``kinds`` is int32
+    when a component is contextual (n-gram, LSTM, transformer) and int64 otherwise
     (:func:`brwsim.kernels.dist.kinds_dtype`): the kernels of other families are then
-    compiled without the n-gram and LSTM code. ``cprog`` is copied into a writable array:
+    compiled without the contextual code. ``cprog`` is copied into a writable array:
     families keep theirs read-only, and numba types a read-only array apart, so passing it
     as it is would compile every kernel a third time.
     """
@@ -61,10 +71,16 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
     off = 0
     for c, comp in enumerate(comps):
         kinds[c] = comp.kind
-        fpar[c, :len(comp.fpar)] = comp.fpar
-        ipar[c, 2:2 + len(comp.ipar)] = comp.ipar
-        ipar[c, 0] = off
-        ipar[c, 1] = comp.data.size
+        if not (isinstance(comp.fpar, Mapping) and isinstance(comp.ipar, Mapping)):
+            raise TypeError("a Component's fpar and ipar map named slots to values")
+        for slot, value in comp.fpar.items():
+            fpar[c, slot] = value
+        for slot, value in comp.ipar.items():
+            if slot < FIRST_OWN:
+                raise ValueError(f"ipar slot {slot} is the data block's (compile_spec writes it)")
+            ipar[c, slot] = value
+        ipar[c, DATA_OFF] = off
+        ipar[c, DATA_LEN] = comp.data.size
         blocks.append(np.ascontiguousarray(comp.data, dtype=np.float64).ravel())
         off += comp.data.size
     w = np.array([comp.weight for comp in comps], dtype=np.float64)

@@ -174,7 +174,7 @@ def bits_f64(typingctx, b):
 
 
 # Functions of a float x in (0, 1] without libm (:func:`neg_log`; also
-# ``brwsim.kernels.dist._pow_gain``): x =
+# ``brwsim.kernels.orderstat._pow_gain``): x =
 # 2**e m with m in [1, 2) cut into 2**_CELL_BITS cells (1/128 of an octave), c the centre of
 # m's cell and t = (m - c) / c, |t| <= 2**-8 (:func:`cell_split`); a function of c comes
 # from a table, one of 1 + t from a short Taylor series.
@@ -197,7 +197,7 @@ def cell_split(x):
 # neg_log(u) = -log(u) = -e log 2 - log c - log(1 + t), log(1 + t) by its Taylor series
 # to t**5 (remainder below 6e-16; the rounding of the sum, at most about 1.3e-14 where
 # -log u is near its largest value, 36.7, dominates); measured absolute error against
-# libm's log at most 7.1e-15 (tests/unit/test_orderstat_fast.py). dist._orderstat_below widens
+# libm's log at most 7.1e-15 (tests/unit/test_orderstat_fast.py). orderstat.orderstat_below widens
 # each term by NEG_LOG_ERR, so its bounds of A_j hold against the exact test's (libm) sums.
 _NLOG_LOGC = np.log(CELL_C)
 _LN2 = math.log(2.0)

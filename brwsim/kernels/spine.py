@@ -19,20 +19,11 @@ import math
 import numpy as np
 
 from brwsim.kernels import kernel
-from brwsim.kernels.dist import (
-    _GAIN_FAR,
-    _GAIN_POW,
-    _TAIL_GAIN,
-    GEOMETRIC,
-    ORDERSTAT,
-    OS_LOGM1,
-    OS_LOGW,
-    PEAKED,
-    ROOT_DRAW,
-    ZIPF,
-    dist_init,
-    dist_next,
-)
+from brwsim.kernels.closed import PEAKED_VOCAB
+from brwsim.kernels.dist import (DATA_OFF, GEOMETRIC, ORDERSTAT, PEAKED, ROOT_DRAW, ZIPF, dist_init,
+                                 dist_next)
+from brwsim.kernels.orderstat import (GAIN_FAR, GAIN_POW, OS_INV_H, OS_LOGM1, OS_LOGW, OS_N_HEAD,
+                                      OS_N_INT, OS_VOCAB, OS_X0, TAIL_GAIN)
 from brwsim.kernels.rng import mix, normal, root_key, unit
 from brwsim.kernels.special import spline_eval, spline_val_der, zipf_sum
 
@@ -127,10 +118,10 @@ def _os_tables(data, fpar, ipar, c, t_lo, t_hi, y0, tau, logu, logp):
     on ``[t_lo, t_hi]`` (to 1e-14), so the tables are the kernels' own law. Returns the
     number of valid entries (the grid stops where the spline's domain ends).
     """
-    n_int = ipar[c, 3]
-    off_w = ipar[c, 0] + OS_LOGW * n_int * 4
-    off_m = ipar[c, 0] + OS_LOGM1 * n_int * 4
-    x0, inv_h = fpar[c, 0], fpar[c, 1]
+    n_int = ipar[c, OS_N_INT]
+    off_w = ipar[c, DATA_OFF] + OS_LOGW * n_int * 4
+    off_m = ipar[c, DATA_OFF] + OS_LOGM1 * n_int * 4
+    x0, inv_h = fpar[c, OS_X0], fpar[c, OS_INV_H]
     w_hi, _ = spline_val_der(data, off_w, n_int, x0, inv_h, t_hi)
     t = t_lo
     n = logu.shape[0]
@@ -201,7 +192,7 @@ def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, t
                     split, floor, row, wkey):
     """Deposit the rest of a lazy order-statistic tail by a mean-field walk over the cells.
 
-    Level ``d`` holds a lazy ORDERSTAT tail (:func:`brwsim.kernels.dist._orderstat_tail`)
+    Level ``d`` holds a lazy ORDERSTAT tail (:func:`brwsim.kernels.orderstat.orderstat_tail`)
     after some rank r: the remaining ``m = n - 1 - r`` weights are i.i.d. W given
     W < w_r, and rank j takes ``q_j = f_j w_j / Z`` with ``f_j = 1 + g (M - mu) / mu``
     (M the mass not yet emitted, mu its conditional mean, clipped to ``q >= M / (m + 1)``).
@@ -232,7 +223,7 @@ def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, t
         ``sum q x`` and ``sum q x^2`` of the deposited mass (each step's at the log of its
         mean ``e^x``, within ``(s h)^2 / 8`` of its mean x), and the number of steps.
     """
-    n = ipar[c, 2]
+    n = ipar[c, OS_VOCAB]
     size = split.shape[1]
     log_z = lf[d, 0]
     left = lf[d, 2]
@@ -241,9 +232,9 @@ def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, t
     m_rem = float(n - li[d, 1])
     y0 = tab_y0[c]
     nv = tab_n[c]
-    n_int = ipar[c, 3]
-    y = -spline_eval(data, ipar[c, 0] + OS_LOGW * n_int * 4, n_int, fpar[c, 0], fpar[c, 1],
-                     math.log(lf[d, 1]))
+    n_int = ipar[c, OS_N_INT]
+    y = -spline_eval(data, ipar[c, DATA_OFF] + OS_LOGW * n_int * 4, n_int, fpar[c, OS_X0],
+                     fpar[c, OS_INV_H], math.log(lf[d, 1]))
     lu, lp = _table_at(logu, logp, c, y0, tau, nv, y)
     # m E[W | W < w] / Z, updated by the ratio of the partial moments
     mu_raw = m_rem * math.exp(lp - lu - log_z)
@@ -267,7 +258,7 @@ def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, t
             f = 1.0
             if mu > 0.0:
                 frac = mu / mu0 if mu0 > mu else 1.0
-                gain = _GAIN_FAR - (_GAIN_FAR - _TAIL_GAIN) * frac ** _GAIN_POW
+                gain = GAIN_FAR - (GAIN_FAR - TAIL_GAIN) * frac ** GAIN_POW
                 f = 1.0 + gain * (left - mu) / mu
             lo_f = left / (m_rem * wq)
             f = max(f, lo_f)
@@ -525,7 +516,7 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_c
         if switch_ratio > 0.0:
             if kind == ZIPF or kind == PEAKED:
                 expo = lf[0, 0] if kind == ZIPF else lf[0, 2]
-                n_last = li[0, 3] if kind == ZIPF else ipar[c, 2] - 1
+                n_last = li[0, 3] if kind == ZIPF else ipar[c, PEAKED_VOCAB] - 1
                 if expo > 0.0 and 2 * _WALK_FROM < n_last:
                     r_walk = _WALK_FROM
             elif kind == GEOMETRIC and -lf[0, 0] < 0.5 * h:
@@ -552,7 +543,7 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_c
             r += 1
             if 1.0 - cum < eps:
                 break
-            if walk and r > ipar[c, 4] and r < ipar[c, 2]:
+            if walk and r > ipar[c, OS_N_HEAD] and r < ipar[c, OS_VOCAB]:
                 mu = lf[0, 4]
                 if (mu > 0.0 and lf[0, 3] < switch_ratio * mu
                         and abs(lf[0, 2] / mu - 1.0) < switch_rho):
@@ -570,9 +561,9 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_c
                                                      floor, row)
                     walked = True
                 elif kind == PEAKED and li[0, 3] == 1:
-                    w1, w2, n_cells, _ = _power_walk(lf[0, 1], lf[0, 2], r, ipar[c, 2] - 1,
-                                                     x_last, 1.0 - cum, h, eps, split,
-                                                     floor, row)
+                    n_zipf = ipar[c, PEAKED_VOCAB] - 1
+                    w1, w2, n_cells, _ = _power_walk(lf[0, 1], lf[0, 2], r, n_zipf, x_last,
+                                                     1.0 - cum, h, eps, split, floor, row)
                     walked = True
                 elif kind == GEOMETRIC:
                     w1, w2, n_cells, _ = _geometric_walk(lf[0, 0], lf[0, 1], r, x_last,

@@ -62,6 +62,7 @@ import math
 import numpy as np
 
 from brwsim.kernels import dense_kernel, kernel, njit_cached
+from brwsim.kernels.kinds import TRANSFORMER, lowered_cut
 from brwsim.kernels.lstm import _dot, _exp, _mm, _tanh, sort_listed
 
 HDR = 24            # block header entries before the per-layer table
@@ -70,7 +71,13 @@ BATCH = 8           # rows of one block (children of a parent, or a chunk of a r
 META = 8
 GPT2, LLAMA = 0, 1
 GELU_NEW, GELU, RELU, SILU = 0, 1, 2, 3
-_MARGIN = 1e-9      # relative margin of the cut-off: never drop a rank the caller would use
+# Parameter slots of a TRANSFORMER component (the family writes them by these names)
+TF_BETA = 0         # fpar: 1 / temperature
+TF_CARRY = 1        # fpar: tokens carried past the window
+TF_WINDOW = 2       # fpar: the window's length
+TF_SLOTS = 2        # ipar: context slots of a level's cache (window + carry)
+#: the slots the kind owns (tests/unit/test_kind_table.py checks the family writes these)
+LAYOUT = {TRANSFORMER: ((TF_BETA, TF_CARRY, TF_WINDOW), (TF_SLOTS,))}
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -430,7 +437,7 @@ def _listed(data, o, slots, beta, hr, min_logq):
         hr[ex + j] = e
         tot += e
     lz = math.log(tot)
-    thr = min_logq - _MARGIN * (1.0 + abs(min_logq)) if min_logq > -np.inf else -np.inf
+    thr = lowered_cut(min_logq)
     hr[mm + 4] = BATCH if min_logq > -np.inf else 1
     n = 0
     for j in range(v):

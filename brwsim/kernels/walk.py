@@ -26,7 +26,8 @@ from brwsim.kernels.dist import (
     dist_next,
 )
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
-from brwsim.kernels.tree import grow_tree, new_workspace, start_threshold
+from brwsim.kernels.aim import start_threshold
+from brwsim.kernels.tree import WS_HEAD, WS_LF, WS_LI, grow_tree, new_workspace
 
 _MAX_RANKS = 1 << 24
 
@@ -97,17 +98,17 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
                              budgets, max_depth, t, ws, acc_out, exp_out, dep_out, calls)
         if v < 0:
             return v
-        li_root = ws[10]
-        lf_root = ws[9]
+        li_root = ws[WS_LI]
+        lf_root = ws[WS_LF]
         ci = li_root[0, CTX_I]
         cf = lf_root[0, CTX_F]
         ctx_i_out[calls] = ci
         ctx_f_out[calls] = cf
         x = acc_out[budgets.shape[0] - 1, calls]
-        head[0, :] = ws[11][0, :]       # the root's row: a family may keep its state there
+        head[0, :] = ws[WS_HEAD][0, :]       # the root's row: a family may keep its state there
         key, ci, cf = advance(kinds, cw, fpar, ipar, data, cprog, key, ROOT_PRESET, ci, cf, x + 1,
                               lf, li, head)
-        ws[11][0, :] = head[(x + 1) % 2, :]     # the new root's row (advance alternates rows)
+        ws[WS_HEAD][0, :] = head[(x + 1) % 2, :]     # the new root's row (advance alternates rows)
         if int(cprog[0]) == CTX_DEPTH:
             ci = 0                      # depth counts from the new root
         mode = ROOT_PRESET

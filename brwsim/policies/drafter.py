@@ -13,8 +13,8 @@ from brwsim.families.base import check_positive
 from brwsim.families.checkpoint import load_checkpoint
 from brwsim.families.transformer import checkpoint_sha256, shipped_checkpoint
 from brwsim.kernels import drafter as _k
-from brwsim.kernels.dist import TRANSFORMER
-from brwsim.kernels.transformer import head_width
+from brwsim.kernels.dist import DATA_OFF, TRANSFORMER
+from brwsim.kernels.transformer import TF_SLOTS, head_width
 from brwsim.policies.base import Policy, new_outputs, optional_int
 
 __all__ = ["DraftModel", "SHAPES"]
@@ -125,11 +125,11 @@ class DraftModel(Policy):
         if spec.kinds.size != 1 or int(spec.kinds[0]) != TRANSFORMER:
             raise UserError(f"{self!r}: the environment must be a transformer family "
                             "(transformer(path=...)), the model the draft is verified against")
-        vt = int(spec.data[int(spec.ipar[0, 0]) + 1])
+        vt = int(spec.data[int(spec.ipar[0, DATA_OFF]) + 1])
         if vt != self._vocab:
             raise UserError(f"{self!r}: the draft's vocabulary ({self._vocab} tokens) differs "
                             f"from the target's ({vt} tokens)")
-        slots = int(spec.ipar[0, 2])
+        slots = int(spec.ipar[0, TF_SLOTS])
         if slots > self._positions:
             raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
                             f"draft model's {self._positions} positions")
@@ -139,7 +139,7 @@ class DraftModel(Policy):
 
     def run_roots(self, spec, budgets, roots):
         self.check(spec)
-        dcap = int(head_width(self._block, 0, int(spec.ipar[0, 2])))
+        dcap = int(head_width(self._block, 0, int(spec.ipar[0, TF_SLOTS])))
         acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
         env = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
                roots.keys, roots.mode, roots.ci, roots.cf, roots.head, self._block,

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.kernels.dist import LEVEL_F, LEVEL_I, ORDERSTAT, OS_LOGW
+from brwsim.kernels.dist import DATA_OFF, LEVEL_F, LEVEL_I, ORDERSTAT
+from brwsim.kernels.orderstat import OS_INV_H, OS_LAZY, OS_LOGW, OS_N_HEAD, OS_N_INT, OS_VOCAB, OS_X0
 from brwsim.kernels.special import spline_eval
 from brwsim.kernels.spine import (
     SWITCH_RATIO,
@@ -212,14 +213,15 @@ def _orderstat_tables(spec, tau: float) -> tuple:
     """
     logu, logp, y0, valid = _no_tables(spec)
     todo = [c for c in range(len(spec.kinds))
-            if spec.kinds[c] == ORDERSTAT and spec.ipar[c, 5] == 1]
+            if spec.kinds[c] == ORDERSTAT and spec.ipar[c, OS_LAZY] == 1]
     if not todo:
         return logu, logp, y0, valid
-    lw = lambda c, t: spline_eval(spec.data, int(spec.ipar[c, 0] + OS_LOGW * spec.ipar[c, 3] * 4),
-                                  int(spec.ipar[c, 3]), spec.fpar[c, 0], spec.fpar[c, 1], t)
+    ip, fp = spec.ipar, spec.fpar
+    lw = lambda c, t: spline_eval(spec.data, int(ip[c, DATA_OFF] + OS_LOGW * ip[c, OS_N_INT] * 4),
+                                  int(ip[c, OS_N_INT]), fp[c, OS_X0], fp[c, OS_INV_H], t)
     lims = {}
     for c in todo:
-        n, n_head = int(spec.ipar[c, 2]), int(spec.ipar[c, 4])
+        n, n_head = int(ip[c, OS_VOCAB]), int(ip[c, OS_N_HEAD])
         t_lo = math.log(0.1 * n_head / n)
         y_lo = -lw(c, t_lo)
         y_hi = X_CAP + 3.0 - lw(c, math.log(50.0 / n))
@@ -228,7 +230,7 @@ def _orderstat_tables(spec, tau: float) -> tuple:
     logu, logp = np.zeros((len(spec.kinds), size)), np.zeros((len(spec.kinds), size))
     for c, (t_lo, y_lo, n_pts) in lims.items():
         y0[c] = y_lo
-        t_max = spec.fpar[c, 0] + spec.ipar[c, 3] / spec.fpar[c, 1]    # the splines' end
+        t_max = fp[c, OS_X0] + ip[c, OS_N_INT] / fp[c, OS_INV_H]    # the splines' end
         valid[c] = _os_tables(spec.data, spec.fpar, spec.ipar, c, t_lo, t_max, y_lo,
                               tau, logu[c, :n_pts], logp[c, :n_pts])
     return logu, logp, y0, valid

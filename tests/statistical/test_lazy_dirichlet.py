@@ -1,6 +1,6 @@
 """Exact lazy Dirichlet nodes (binary aggregation) against the full numpy sampler.
 
-``brwsim.kernels.dist._dirichlet_init`` draws a node by splitting the vocabulary in halves
+``brwsim.kernels.dirichlet.dirichlet_init`` draws a node by splitting the vocabulary in halves
 with Beta fractions and never splits a group below the caller's cut-off. ``Dirichlet``
 uses it only where it was measured faster (small alpha, vocab 100-1024); its law is
 checked here at every vocabulary (2 to 32000) and alpha 0.05-1 by forcing the component.

@@ -10,7 +10,8 @@ import pytest
 from brwsim import Dirichlet, Fixed, Geometric, Uniform, UserError, simulate, summarize
 from brwsim.environment import _node_head
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
-from brwsim.kernels.tree import NO_DEPTH_CAP, request_key, split_budgets
+from brwsim.kernels.forest import request_key, split_budgets
+from brwsim.kernels.tree import NO_DEPTH_CAP
 from brwsim.simulate import run_forest, run_iterations, seed_key, validate_budgets
 
 

@@ -1,4 +1,4 @@
-"""Bucket scoring (``tree._score_nested``) against the nested selections it replaces.
+"""Bucket scoring (``select.score_nested``) against the nested selections it replaces.
 
 Both score the same nodes for nested budgets; the outputs must be the same bits (the
 path-probability sums are integer limbs, independent of the order of addition), on
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brwsim.kernels import tree as T
+from brwsim.kernels import select as T
 
 
 def _score(fn, pos, dep, onpath, budgets):
@@ -22,10 +22,10 @@ def _score(fn, pos, dep, onpath, budgets):
     dp = np.zeros((m, 1), np.int32)
     order = np.empty(n + 8, np.int32)
     if fn == "buckets":
-        sel = T._score_buffers(n)
-        used, _ = T._score_nested(n, pos, dep, onpath, order, sel, budgets, acc, ex, dp, 0, False)
+        sel = T.score_buffers(n)
+        used, _ = T.score_nested(n, pos, dep, onpath, order, sel, budgets, acc, ex, dp, 0, False)
     else:
-        T._select_nested(n, pos, dep, onpath, order, budgets, acc, ex, dp, 0)
+        T.select_nested(n, pos, dep, onpath, order, budgets, acc, ex, dp, 0)
         used = None
     return acc[:, 0], ex[:, 0], dp[:, 0], used
 

@@ -1,4 +1,4 @@
-"""Size-biased picks of a lazy Dirichlet group (``brwsim.kernels.dist._pick_fraction``).
+"""Size-biased picks of a lazy Dirichlet group (``brwsim.kernels.dirichlet._pick_fraction``).
 
 A group of at most ``picked_size`` tokens is drawn by picks: pick j takes the fraction
 V ~ Beta(1 + alpha, b) of what remains, by rejection from Beta(1, b). The fraction's law
@@ -23,7 +23,7 @@ from scipy import stats
 from brwsim import Dirichlet
 from brwsim.families.betaquantile import tree_block
 from brwsim.families.dirichlet import aggregation_component, picked_size
-from brwsim.kernels import dist as K
+from brwsim.kernels import dirichlet as KD
 from brwsim.kernels.rng import mix
 from brwsim.kernels.special import exp_neg
 
@@ -35,7 +35,7 @@ def _fractions(n, alpha, b, seed):
     lv = np.empty(n)
     l1v = np.empty(n)
     for i in range(n):
-        lv[i], l1v[i] = K._pick_fraction(alpha, b, mix(np.uint64(seed) + np.uint64(i)), i % 7)
+        lv[i], l1v[i] = KD._pick_fraction(alpha, b, mix(np.uint64(seed) + np.uint64(i)), i % 7)
     return lv, l1v
 
 

@@ -1,4 +1,4 @@
-"""Which random numbers a lazy Dirichlet node uses (``brwsim.kernels.dist._dirichlet_init``).
+"""Which random numbers a lazy Dirichlet node uses (``brwsim.kernels.dirichlet.dirichlet_init``).
 
 Group g of the binary aggregation (the root is 1, the halves of g are 2g and 2g + 1)
 splits by the tabulated Beta quantile at the first uniform of its own stream
@@ -20,6 +20,7 @@ import pytest
 
 from brwsim.families.dirichlet import aggregation_component, picked_size
 from brwsim.kernels import dist as K
+from brwsim.kernels import dirichlet as KD
 from brwsim.kernels.betaquantile import beta_log_pair
 from brwsim.kernels.rng import DIST, mix, purpose_key, unit
 from brwsim.kernels.spec import compile_spec
@@ -35,10 +36,10 @@ def _python_tokens(data, base, n, dk, alpha, picked):
             out.append(lm)
             continue
         with np.errstate(over="ignore"):        # uint64 arithmetic wraps, as in the kernel
-            gk = np.uint64(mix(dk + np.uint64(g) * K._GROUP_KEY))
+            gk = np.uint64(mix(dk + np.uint64(g) * KD._GROUP_KEY))
         if m <= picked:
             for j in range(m - 1):
-                lv, l1v = K._pick_fraction(alpha, (m - 1 - j) * alpha, gk, j)
+                lv, l1v = KD._pick_fraction(alpha, (m - 1 - j) * alpha, gk, j)
                 out.append(lm + lv)
                 lm += l1v
             out.append(lm)

@@ -1,6 +1,6 @@
 """The level-by-level pass (``kernels.levels``) against the depth-first pass and the heapq reference.
 
-A level pass at cut-off t must hold exactly the nodes of ``tree._collect`` at t (same
+A level pass at cut-off t must hold exactly the nodes of ``collect.collect`` at t (same
 positions, depths and path flags, in another order), with and without a depth cap, and
 abort where ``_collect`` does; whole runs that use it must give the heapq reference's
 trees, also where near-ties at a budget's cut send a root back to the depth-first pass.
@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from brwsim import Dirichlet, Peaked, Zipf, engine
+from brwsim.kernels import collect as C
+from brwsim.kernels import select as S
 from brwsim.kernels import tree as T
 from brwsim.kernels.dist import closed_form
 from brwsim.kernels.levels import LEVEL_MIN_P, level_family, level_pass
@@ -23,9 +25,9 @@ FAMILIES = [Zipf(1.5, 128000, spread=0.4), Zipf(1.2, 50, spread=0.5), Zipf(1.1, 
 
 def _level(spec, ws, key, t, cut, cap=None):
     closed = closed_form(spec.kinds, spec.cprog)
-    top = T._top_bound(spec.kinds, spec.fpar, closed)
+    top = C.top_bound(spec.kinds, spec.fpar, closed)
     cap = ws[0].shape[0] if cap is None else cap
-    return level_pass(spec.fpar, spec.ipar, spec.data, key, T._tie_cut(t), cap, cut, top, ws[0],
+    return level_pass(spec.fpar, spec.ipar, spec.data, key, S.tie_cut(t), cap, cut, top, ws[0],
                       ws[1], ws[2], ws[18])
 
 
@@ -54,15 +56,15 @@ def test_a_level_pass_beyond_its_capacity_aborts_as_the_depth_first_pass():
     full = _level(spec, ws, key, 6.0, 4096)
     assert full > 100
     assert _level(spec, ws, key, 6.0, 4096, cap=full) == full
-    assert _level(spec, ws, key, 6.0, 4096, cap=full - 1) == T._ABORT
+    assert _level(spec, ws, key, 6.0, 4096, cap=full - 1) == C.ABORT
     closed = closed_form(spec.kinds, spec.cprog)
-    top = T._top_bound(spec.kinds, spec.fpar, closed)
+    top = C.top_bound(spec.kinds, spec.fpar, closed)
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
      own, flags, _) = ws
-    got = T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
+    got = C.collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
                      key, -1, 6.0, full - 1, 4096, pos, dep, onpath, nkey, nxt, nrk, own, keys,
                      s_lev, on_lev, u_lev, c_lev, lf, li, head, 0, order)[0]
-    assert got == T._ABORT
+    assert got == C.ABORT
 
 
 def test_which_runs_pass_by_levels():

@@ -1,4 +1,4 @@
-"""Threshold passes that lower their cut-off as they go (``tree._walk`` with ``p_stop``).
+"""Threshold passes that lower their cut-off as they go (``collect.walk_pass`` with ``p_stop``).
 
 A pass started at a high cut-off that lowers it once it holds P nodes must still hold every
 node at or below the last lowered value, with the same positions, depths and path flags,
@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from brwsim import Dirichlet, Uniform, Zipf, parse_family
+from brwsim.kernels import collect as C
+from brwsim.kernels import select as S
 from brwsim.kernels import tree as T
 from brwsim.kernels.dist import closed_form
 
@@ -25,8 +27,8 @@ def _pass(spec, ws, key, t, p_stop):
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
      own, flags, _) = ws
     closed = closed_form(spec.kinds, spec.cprog)
-    top = T._top_bound(spec.kinds, spec.fpar, closed)
-    out = T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
+    top = C.top_bound(spec.kinds, spec.fpar, closed)
+    out = C.collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
                      key, -1, t, pos.shape[0], T.NO_DEPTH_CAP, pos, dep, onpath, nkey, nxt, nrk, own,
                      keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, p_stop, order)
     return out[0], out[4]
@@ -37,7 +39,7 @@ def _scores(ws, n, budgets):
     acc = np.empty((budgets.size, 1), np.int32)
     exp = np.empty((budgets.size, 1))
     dmax = np.empty((budgets.size, 1), np.int32)
-    T._select_nested(n, pos, dep, onpath, order, budgets, acc, exp, dmax, 0)
+    S.select_nested(n, pos, dep, onpath, order, budgets, acc, exp, dmax, 0)
     return acc[:, 0].tolist(), exp[:, 0].tolist(), dmax[:, 0].tolist()
 
 

@@ -28,10 +28,10 @@ def test_only_a_contextual_kinds_array_first_registers():
 
 
 def test_only_kernels_taking_kinds_first_register():
-    # tree._select's first argument is an int32 array too (an order), not a kinds array: a
+    # select.select's first argument is an int32 array too (an order), not a kinds array: a
     # hook there once compiled the set-up inside a plain run's compile, which failed
-    from brwsim.kernels import tree
-    assert tree._select.compile.__func__ is type(tree._select).compile
+    from brwsim.kernels import select, tree
+    assert select.select.compile.__func__ is type(select.select).compile
     assert getattr(tree.simulate_chunk.compile, "__func__", None) is None
 
 

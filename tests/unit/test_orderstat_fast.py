@@ -1,6 +1,6 @@
 """The ORDERSTAT fast paths: the cheap proof that a node is EMPTY, the tail blocks, the gain.
 
-Each is checked against the computation it replaces: the exact test of ``_orderstat_init``
+Each is checked against the computation it replaces: the exact test of ``orderstat.orderstat_init``
 (a proof is only ever given where the exact test exits too), the rank-by-rank recursion of
 the lazy tail (written out here in plain Python, with libm's pow), and ``x ** 0.1``.
 """
@@ -17,6 +17,7 @@ from brwsim import parse_family
 from brwsim.families.tables import (N_INTERVALS, X_MAX, X_MIN, bound_weights, orderstat_bounds,
                                     orderstat_table)
 from brwsim.kernels import dist as K
+from brwsim.kernels import orderstat as OS
 from brwsim.kernels.rng import DIST, mix, purpose_key, unit
 from brwsim.kernels import special
 from brwsim.kernels.special import bits_f64, f64_bits, spline_eval
@@ -56,22 +57,22 @@ def test_pow_gain_matches_pow():
     x = np.concatenate([rng.random(20000), np.exp(-rng.uniform(0, 700, 20000)),
                         2.0 ** -np.arange(0, 1022.0), np.nextafter(2.0 ** -np.arange(1, 1022.0), 1.0),
                         [1.0, 1e-310, 5e-324]])
-    got = np.array([K._pow_gain(float(v)) for v in x])
-    ref = x ** K._GAIN_POW
+    got = np.array([OS._pow_gain(float(v)) for v in x])
+    ref = x ** OS.GAIN_POW
     assert np.max(np.abs(got - ref) / ref) < 2.5e-14
-    assert K._pow_gain(0.0) == 0.0
+    assert OS._pow_gain(0.0) == 0.0
 
 
 @pytest.mark.parametrize("law, param", [("gamma", 0.05), ("gamma", 2.0), ("lognormal", 1.5)])
 def test_bound_table_brackets_the_spline(law, param):
     table = orderstat_table(law, param, 1.0)
-    values, slack = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
-    assert values.size == K.OS_BOUND_CELLS + 1 and 0.0 < slack < 1e-6
+    values, slack = orderstat_bounds(table, OS.OS_EMIN, OS.OS_EMAX, OS.OS_CELL_BITS)
+    assert values.size == OS.OS_BOUND_CELLS + 1 and 0.0 < slack < 1e-6
     inv_h = N_INTERVALS / (X_MAX - X_MIN)
     rng = np.random.default_rng(4)
-    a = np.exp(rng.uniform(K.OS_EMIN * math.log(2.0), K.OS_EMAX * math.log(2.0), 3000))
+    a = np.exp(rng.uniform(OS.OS_EMIN * math.log(2.0), OS.OS_EMAX * math.log(2.0), 3000))
     for v in a:
-        i = (_to_bits(float(v)) >> (52 - K.OS_CELL_BITS)) - K._OS_CELL0
+        i = (_to_bits(float(v)) >> (52 - OS.OS_CELL_BITS)) - OS._OS_CELL0
         lw = spline_eval(table, 0, N_INTERVALS, X_MIN, inv_h, math.log(v))
         assert values[i + 1] - slack <= lw <= values[i] + slack
 
@@ -82,17 +83,17 @@ def test_bound_weights_bound_weight_ratios(law, param):
     at the end of b's cell over the weight at the start of a's cell, times the family's
     factor exp(2 slack) (1 + OS_BOUND_WIDEN); weights are non-increasing, in [0, 1]."""
     table = orderstat_table(law, param, 1.0)
-    values, slack = orderstat_bounds(table, K.OS_EMIN, K.OS_EMAX, K.OS_CELL_BITS)
+    values, slack = orderstat_bounds(table, OS.OS_EMIN, OS.OS_EMAX, OS.OS_CELL_BITS)
     w = bound_weights(values)
     assert w[0] == 1.0 and np.all(np.diff(w) <= 0.0) and np.all(w >= 0.0)
     assert np.all((w == 0.0) | (w > 1e-300))
-    ratio = math.exp(2.0 * slack) * (1.0 + K.OS_BOUND_WIDEN)
+    ratio = math.exp(2.0 * slack) * (1.0 + OS.OS_BOUND_WIDEN)
     inv_h = N_INTERVALS / (X_MAX - X_MIN)
     rng = np.random.default_rng(6)
-    a = np.exp(rng.uniform(K.OS_EMIN * math.log(2.0), K.OS_EMAX * math.log(2.0), (3000, 2)))
+    a = np.exp(rng.uniform(OS.OS_EMIN * math.log(2.0), OS.OS_EMAX * math.log(2.0), (3000, 2)))
     for u, v in a:
-        iu = (_to_bits(float(u)) >> (52 - K.OS_CELL_BITS)) - K._OS_CELL0
-        iv = (_to_bits(float(v)) >> (52 - K.OS_CELL_BITS)) - K._OS_CELL0
+        iu = (_to_bits(float(u)) >> (52 - OS.OS_CELL_BITS)) - OS._OS_CELL0
+        iv = (_to_bits(float(v)) >> (52 - OS.OS_CELL_BITS)) - OS._OS_CELL0
         lu = spline_eval(table, 0, N_INTERVALS, X_MIN, inv_h, math.log(u))
         lv = spline_eval(table, 0, N_INTERVALS, X_MIN, inv_h, math.log(v))
         if w[iu] > 0.0:
@@ -100,10 +101,10 @@ def test_bound_weights_bound_weight_ratios(law, param):
 
 
 def _exit_rank(spec, dk, min_logq):
-    """The rank at which the exact test of ``_orderstat_init`` exits (None: it does not
+    """The rank at which the exact test of ``orderstat.orderstat_init`` exits (None: it does not
     within the head), recomputed in Python."""
     n, n_int, x0, inv_h = int(spec.ipar[0, 2]), int(spec.ipar[0, 3]), spec.fpar[0, 0], spec.fpar[0, 1]
-    r_max = math.exp(-min_logq) * K._EXIT_MARGIN
+    r_max = math.exp(-min_logq) * OS._EXIT_MARGIN
     a = acc = lw0 = 0.0
     for j in range(int(spec.ipar[0, 4])):
         a -= math.log(unit(dk, j + 1)) / (n - j)
@@ -125,25 +126,25 @@ def test_proof_of_empty_agrees_with_the_exact_test(text):
     if spec.kinds[0] != K.ORDERSTAT:
         pytest.skip("not an order-statistic family")
     lf, li, head = _levels(spec)
-    assert spec.fpar[0, K.OS_BOUND_SLACK] > 0.0
+    assert spec.fpar[0, OS.OS_BOUND_SLACK] > 0.0
     rng = np.random.default_rng(5)
     proved = early = 0
     for i in range(3000):
         dk = np.uint64(purpose_key(np.uint64(mix(np.uint64(i))), DIST))
         min_logq = -float(rng.uniform(0.0, 2.2))
-        fast = K._orderstat_empty(spec.data, spec.fpar, spec.ipar, 0, dk, min_logq)
-        K._orderstat_init(spec.data, spec.fpar, spec.ipar, 0, dk, 1, lf, li, head, min_logq)
+        fast = OS.orderstat_empty(spec.data, spec.fpar, spec.ipar, 0, dk, min_logq)
+        OS.orderstat_init(spec.data, spec.fpar, spec.ipar, 0, dk, 1, lf, li, head, min_logq)
         assert li[1, 0] == K.EMPTY or not fast
         k = _exit_rank(spec, dk, min_logq)
         assert (k is not None) == (li[1, 0] == K.EMPTY)
-        if k is not None and k < K._PROVE_RANKS and math.exp(-min_logq) * K._EXIT_MARGIN < K._PROVE_RANKS:
+        if k is not None and k < OS._PROVE_RANKS and math.exp(-min_logq) * OS._EXIT_MARGIN < OS._PROVE_RANKS:
             early += 1
             proved += fast
     assert early > 1000 and proved >= 0.98 * early
 
 
 def _tail_reference(spec, key, lf0, n_ranks):
-    """The lazy tail rank by rank, as ``_orderstat_tail`` computed it one rank per call
+    """The lazy tail rank by rank, as ``orderstat.orderstat_tail`` computed it one rank per call
     (with libm's pow for the gain): [(log q, A, M, q, mu)] for ranks 64, 65, ..."""
     c, n, n_head = 0, int(spec.ipar[0, 2]), int(spec.ipar[0, 4])
     n_int, base = int(spec.ipar[0, 3]), int(spec.ipar[0, 0])
@@ -156,13 +157,13 @@ def _tail_reference(spec, key, lf0, n_ranks):
         if r < n and left > 0.0:
             a = a - math.log(unit(dk, r + 1)) / (n - r)
             x = math.log(a)
-            w = math.exp(spline_eval(spec.data, base + K.OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
+            w = math.exp(spline_eval(spec.data, base + OS.OS_LOGW * n_int * 4, n_int, x0, inv_h, x) - log_z)
             m = n - 1 - r
             if m > 0:
-                c1 = math.exp(a - log_z + spline_eval(spec.data, base + K.OS_LOGM1 * n_int * 4, n_int,
+                c1 = math.exp(a - log_z + spline_eval(spec.data, base + OS.OS_LOGM1 * n_int * 4, n_int,
                                                       x0, inv_h, x))
                 frac = mu / mu0 if mu0 > mu else 1.0
-                gain = K._GAIN_FAR - (K._GAIN_FAR - K._TAIL_GAIN) * frac ** K._GAIN_POW
+                gain = OS.GAIN_FAR - (OS.GAIN_FAR - OS.TAIL_GAIN) * frac ** OS.GAIN_POW
                 out = w + gain * w * (left - mu) / mu if mu > 0.0 else left
                 out = min(max(out, left / (m + 1)), min(left, prev))
                 mu = m * min(c1, w)
@@ -210,7 +211,7 @@ def _neg_log_errors(us):
 
 
 def test_neg_log_is_within_its_stated_error_of_libm():
-    """_orderstat_below's -log(u) of the stream's uniforms ((k + 1) 2**-53, k < 2**53):
+    """orderstat_below's -log(u) of the stream's uniforms ((k + 1) 2**-53, k < 2**53):
     within a tenth of _NEG_LOG_ERR of libm's everywhere, ends of the range included."""
     rng = np.random.default_rng(8)
     k = rng.integers(0, 2 ** 53, 1_000_000, dtype=np.uint64).astype(np.float64)

@@ -1,4 +1,4 @@
-"""Continued threshold passes (``tree._resume``) against fresh passes and the heapq reference.
+"""Continued threshold passes (``collect.resume``) against fresh passes and the heapq reference.
 
 A pass at t1 continued to t2 must hold exactly the nodes of one fresh pass at t2 (same
 positions, depths and path flags; appended out of pre-order) and the same path frontier;
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from brwsim import Mixture, Peaked, Zipf
+from brwsim.kernels import collect as C
 from brwsim.kernels import tree as T
 from brwsim.kernels.dist import closed_form
 from tests.unit.test_tree import _check_reference
@@ -25,13 +26,13 @@ def _pass(spec, ws, key, t, p_max, first=None):
     (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
      own, flags, _) = ws
     closed = closed_form(spec.kinds, spec.cprog)
-    top = T._top_bound(spec.kinds, spec.fpar, closed)
+    top = C.top_bound(spec.kinds, spec.fpar, closed)
     args = (pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
     if first is None:
-        return T._collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed,
+        return C.collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed,
                           top, key, -1, t, pos.shape[0], p_max, *args, 0, order)[:4]
     n, fr, fu, fc = first
-    return T._resume(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
+    return C.resume(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
                      t, pos.shape[0], p_max, n, fr, fu, fc, *args)
 
 
@@ -72,7 +73,7 @@ def test_lattice_families_do_not_continue():
     from brwsim import Geometric, Uniform
     for fam in (Uniform(3), Geometric(0.5), Zipf(1.1, 50)):
         spec = fam.spec()
-        assert T._lattice(spec.kinds, spec.fpar)
+        assert C.lattice(spec.kinds, spec.fpar)
     for fam in FAMILIES:
         spec = fam.spec()
-        assert not T._lattice(spec.kinds, spec.fpar)
+        assert not C.lattice(spec.kinds, spec.fpar)

@@ -1,7 +1,7 @@
 """Emptiness tables of Dirichlet splits (``brwsim.families.betaquantile.cdf_table``).
 
 A split of a group whose mass is below twice the cut-off reads, before any draw, whether
-its uniform puts both parts below the cut-off (``brwsim.kernels.dist._split_empty``). It
+its uniform puts both parts below the cut-off (``brwsim.kernels.dirichlet._split_empty``). It
 must never say so when the quantile tables' draw would list a part (then a node's ranks
 would depend on the cut-off), it should decide nearly every case it can, and nodes must
 come out bit for bit as without the tables. The splines are checked against
@@ -20,7 +20,7 @@ from scipy import special
 
 from brwsim.families.betaquantile import CDF_HEADER, cdf_table, pair_block
 from brwsim.families.dirichlet import aggregation_component
-from brwsim.kernels import dist as K
+from brwsim.kernels import dirichlet as KD
 from brwsim.kernels.betaquantile import beta_log_pair
 from brwsim.kernels.rng import mix
 from brwsim.kernels.spec import compile_spec
@@ -36,7 +36,7 @@ def _decide(table, pairs, xs, us):
     empty = np.empty(n, np.bool_)
     lb = np.empty((n, 2))
     for i in range(n):
-        empty[i] = K._split_empty(table, 0, xs[i], us[i])
+        empty[i] = KD._split_empty(table, 0, xs[i], us[i])
         lb[i, 0], lb[i, 1] = beta_log_pair(pairs, 0, 0, us[i])
     return empty, lb
 

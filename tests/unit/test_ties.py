@@ -134,7 +134,7 @@ def test_selection_takes_the_first_k_by_the_tie_order(seed):
     within a tie, ties decided by depth, then index."""
     from functools import cmp_to_key
 
-    from brwsim.kernels.tree import TIE_REL, _select_by
+    from brwsim.kernels.select import TIE_REL, select_by as _select_by
 
     rng = np.random.default_rng(seed)
     n = 3000

@@ -17,7 +17,7 @@ from brwsim import Transformer, UserError, generate, parse_family, simulate
 from brwsim.policies import Optimal, parse_policy
 from brwsim.cli import main
 from brwsim.environment import _node_head, node_logprobs, path_uniform
-from brwsim.kernels.tree import request_key
+from brwsim.kernels.forest import request_key
 from brwsim.reference import best_first
 from brwsim.simulate import seed_key
 
