@@ -7,8 +7,10 @@ the evaluator itself, one node at a time along a chain (token j by inverse CDF o
 ranks of step j's distribution with the keyed uniform ``unit(purpose_key(a_i, PATH), j)``,
 a_i the answer's key), and stops at an end-of-sequence token; every root of prompt i
 reads a prefix of that one answer, so the roots of a prompt share its computation (and
-the evaluator's prefix cache). Iteration t reads prompt ``t mod n_prompts``; its k is
-drawn uniformly in 0 .. k_max from the root's key (``REGIME`` purpose). The context is
+the evaluator's prefix cache). Iteration t reads prompt ``(t // per_prompt) mod n_prompts``
+(consecutive roots share a prompt, so the evaluator recomputes only the tokens after
+their common prefix); its k is drawn uniformly in 0 .. k_max from the root's key
+(``REGIME`` purpose). The context is
 the whole prompt and answer prefix, cut to its last ``max_positions - reserve`` tokens.
 """
 
@@ -47,10 +49,13 @@ class AnswerRoots:
         Tokens that end an answer (included in it; the answer is not continued).
     reserve : int, default 64
         Positions kept free for the tree below the root.
+    per_prompt : int, default 4
+        Consecutive iterations that read the same prompt.
     """
 
     def __init__(self, ev: TreeEvaluator, prompts: Sequence, seed_key: int, k_max: int,
-                 beta: float = 1.0, eos: Sequence[int] = (), reserve: int = 64) -> None:
+                 beta: float = 1.0, eos: Sequence[int] = (), reserve: int = 64,
+                 per_prompt: int = 4) -> None:
         self.ev = ev
         self.prompts = []
         for i, p in enumerate(prompts):
@@ -64,6 +69,9 @@ class AnswerRoots:
         if k_max < 0:
             raise UserError(f"k_max must be >= 0, got {k_max}")
         self.k_max = int(k_max)
+        if per_prompt < 1:
+            raise UserError(f"per_prompt must be >= 1, got {per_prompt}")
+        self.per_prompt = int(per_prompt)
         self.beta = float(beta)
         self.eos = {int(t) for t in eos}
         self.limit = int(ev.max_positions) - int(reserve)
@@ -107,8 +115,8 @@ class AnswerRoots:
         return np.asarray(ans[:k], np.int64)
 
     def context(self, iteration: int, rkey: int) -> np.ndarray:
-        """The root context of ``iteration``: prompt ``iteration mod n``, then k answer tokens."""
-        i = int(iteration) % len(self.prompts)
+        """The root context of ``iteration``: its prompt, then k answer tokens."""
+        i = (int(iteration) // self.per_prompt) % len(self.prompts)
         k = self.k_of(iteration, rkey)
         ctx = np.concatenate([self.prompts[i], self.answer(i, k)])
         return ctx[-self.limit:]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -43,11 +44,11 @@ def load_hf_weights(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
     Returns
     -------
     config : dict
-    weights : dict of str to numpy.ndarray
-        Every tensor of the file as float32, by its name in the file.
+    weights : mapping of str to numpy.ndarray
+        Every tensor of the file as float32, by its name in the file, read when first
+        looked up (so that an evaluator built from it holds one copy of the weights).
     """
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors import SafetensorError, safe_open
 
     cfg_path = os.path.join(folder, "config.json")
     st_path = os.path.join(folder, "model.safetensors")
@@ -59,10 +60,35 @@ def load_hf_weights(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
     except (OSError, ValueError) as exc:
         raise UserError(f"{cfg_path}: not JSON ({exc})") from None
     try:
-        raw = load_file(st_path)
+        fh = safe_open(st_path, framework="np")
+        names = list(fh.keys())
     except (SafetensorError, OSError, ValueError) as exc:
         raise UserError(f"{st_path}: not a readable safetensors file ({exc})") from None
-    return cfg, {k: np.asarray(v, np.float32) for k, v in raw.items()}
+    return cfg, _Lazy(fh, names, st_path)
+
+
+class _Lazy(Mapping):
+    """Tensors of an open safetensors file, read (as float32) when looked up."""
+
+    def __init__(self, fh: Any, names: list[str], path: str) -> None:
+        self._fh, self._names, self._path = fh, names, path
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        try:
+            return np.asarray(self._fh.get_tensor(name), np.float32)
+        except Exception as exc:       # safetensors raises its own error types
+            raise UserError(f"{self._path}: tensor {name!r} unreadable ({exc})") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def _get(w: dict, names: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
@@ -232,11 +258,16 @@ class NumpyEvaluator:
         ms = (x * x).mean(-1, keepdims=True)
         return (x / np.sqrt(ms + self.eps)) * w
 
-    def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """Rotate (n, heads, hd) rows at positions ``pos`` (rotate_half pairs i, i + hd/2)."""
+    def _angles(self, pos: np.ndarray) -> tuple | None:
+        """cos and sin (n, 1, hd/2) of the rotary angles at ``pos`` (float64, then rounded)."""
+        if self._gpt2:
+            return None
         ang = pos.astype(np.float64)[:, None] * self._inv_freq[None, :]
-        cos = np.cos(ang).astype(self._dt)[:, None, :]
-        sin = np.sin(ang).astype(self._dt)[:, None, :]
+        return np.cos(ang).astype(self._dt)[:, None, :], np.sin(ang).astype(self._dt)[:, None, :]
+
+    def _rope(self, x: np.ndarray, cs: tuple) -> np.ndarray:
+        """Rotate (n, heads, hd) rows by the angles ``cs`` (rotate_half pairs i, i + hd/2)."""
+        cos, sin = cs
         half = self.hd // 2
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -262,7 +293,7 @@ class NumpyEvaluator:
             out += L["b2"]
         return out
 
-    def _qkv(self, x: np.ndarray, L: dict, pos: np.ndarray):
+    def _qkv(self, x: np.ndarray, L: dict, cs: tuple | None):
         """Queries (nkv, grp n, hd) grouped by key/value head, keys and values (nkv, n, hd)."""
         n = x.shape[0]
         nh, nkv, hd = self.nh, self.nkv, self.hd
@@ -274,8 +305,8 @@ class NumpyEvaluator:
         k = qkv[:, qw:qw + kvd].reshape(n, nkv, hd)
         v = qkv[:, qw + kvd:].reshape(n, nkv, hd)
         if not self._gpt2:
-            q = self._rope(q, pos)
-            k = self._rope(k, pos)
+            q = self._rope(q, cs)
+            k = self._rope(k, cs)
         grp = nh // nkv
         qg = np.ascontiguousarray(q.reshape(n, nkv, grp, hd).transpose(1, 2, 0, 3)).reshape(nkv, grp * n, hd)
         return qg, k.transpose(1, 0, 2), v.transpose(1, 0, 2)
@@ -300,9 +331,11 @@ class NumpyEvaluator:
         """float64 log-softmax of the head's logits of final hidden rows ``x``."""
         z = self._norm(x, self._nf) @ self._head
         m = z.max(axis=1, keepdims=True)
-        lse = np.log(np.exp(z - m).sum(axis=1, keepdims=True, dtype=np.float64))
-        out = z.astype(np.float64)
-        out -= m.astype(np.float64) + lse
+        e = z - m
+        np.exp(e, out=e)
+        lse = np.log(e.sum(axis=1, keepdims=True).astype(np.float64))
+        out = np.empty(z.shape)
+        np.subtract(z, m.astype(np.float64) + lse, out=out)
         return out
 
     @staticmethod
@@ -349,8 +382,9 @@ class NumpyEvaluator:
             causal = np.triu(np.ones((n, n), bool), 1)
             grp = self.nh // self.nkv
             mask = np.tile(causal, (grp, 1))
+            cs = self._angles(pos)
             for i, L in enumerate(self._layers):
-                q, k, v = self._qkv(x, L, pos)
+                q, k, v = self._qkv(x, L, cs)
                 self._kc[i][:, a:b] = k
                 self._vc[i][:, a:b] = v
                 s = q @ self._kc[i][:, :b].transpose(0, 2, 1)
@@ -409,8 +443,9 @@ class NumpyEvaluator:
             self._vt[i] = self._grow(self._vt[i], m0 + n)
         scale = 1.0 / math.sqrt(self.hd)
         x = self._embed(tok, pos)
+        cs = self._angles(pos)
         for i, L in enumerate(self._layers):
-            q, k, v = self._qkv(x, L, pos)
+            q, k, v = self._qkv(x, L, cs)
             self._kt[i][:, m0:m0 + n] = k
             self._vt[i][:, m0:m0 + n] = v
             kt = self._kt[i][:, cols]

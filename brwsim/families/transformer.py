@@ -129,7 +129,8 @@ class Transformer(RootSampled, Family):
         uniform in 0 .. ``answer`` per root; :class:`~brwsim.backends.contexts.AnswerRoots`).
         The prompts are ``prompt`` (one) or else ``prompts``: a list of texts or of token-id
         lists, or a text (shipped corpus name, file or text) whose blank-line-separated
-        blocks are the prompts. Iteration t reads prompt t mod (number of prompts).
+        blocks are the prompts. Iterations 4j .. 4j + 3 read prompt j mod (number of
+        prompts), sharing its prefix.
     answer : int, default 32
         The largest k of ``contexts="answer"``.
 
