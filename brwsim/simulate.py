@@ -95,11 +95,15 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     key = seed_key(seed)
     batch = validate_batch(batch)
     spec = check_family(family)
+    if batch > 1 and getattr(family, "batched", False):
+        raise UserError(f"batch > 1 is not supported with backend={family.backend} yet")
     if batch > 1:
         if policies is not None:
             raise UserError("policies are not supported with batch > 1 (only the optimal allocation)")
         return _simulate_batch(family, spec, b, iterations, int(seed), key, batch, progress,
                                command)
+    if getattr(family, "batched", False):
+        return _simulate_rounds(family, b, iterations, int(seed), policies, progress, command)
     pols = _policies(policies)
     for pol in pols:
         pol.check(spec)
@@ -142,6 +146,34 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         inputs.update(json.loads(ds.attrs.get("input_sha256", "{}")))
         ds.attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     return ds
+
+
+def _simulate_rounds(family: Family, b: np.ndarray, iterations: int, seed: int,
+                     policies: Sequence[Any] | None, progress: bool, command: str) -> xr.Dataset:
+    """:func:`simulate` of a family whose trees a batched backend builds in rounds
+    (``family.batched_trees``, :mod:`brwsim.backends.rounds`): the optimal tree only."""
+    if policies is not None and [repr(p) for p in _policies(policies)] != [repr(Optimal())]:
+        raise UserError(f"{family.name} with backend={family.backend} evaluates the optimal "
+                        "tree only (no policies yet)")
+    shape = (b.size, iterations)
+    acc, exp, dep = np.empty(shape, np.int32), np.empty(shape), np.empty(shape, np.int32)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
+    for it in range(iterations):
+        acc[:, it:it + 1], exp[:, it:it + 1], dep[:, it:it + 1] = family.batched_trees(b, seed, it, 1)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    if policies is not None:
+        acc, exp, dep = acc[None], exp[None], dep[None]
+    config = {"family": repr(family), "budgets": b.tolist(), "iterations": int(iterations),
+              "seed": str(seed)}
+    return make_dataset(family, b, acc, exp, dep, config, seed, command,
+                        policies=None if policies is None else [repr(Optimal())])
 
 
 def _simulate_batch(family: Family, spec: Spec, b: np.ndarray, iterations: int, seed: int,

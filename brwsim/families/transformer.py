@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.keys import node_key
+from brwsim.keys import node_key, seed_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
 from brwsim.families.checkpoint import load_checkpoint
@@ -111,6 +111,29 @@ class Transformer(RootSampled, Family):
         each node appends one token to its parent's KV cache, every (carry + 1)-th level
         is rerun over its last ``window`` tokens. window + carry must fit the model's
         positions; memory per tree level is about 2 L kvd (window + carry) float64.
+        (The numba backend only: the batched backends attend to the whole context.)
+    backend : {"numba", "numpy", "torch"}, default "numba"
+        ``numba``: brwsim's node-at-a-time float64 kernel (the reference). ``numpy``
+        (:class:`~brwsim.backends.numpyforward.NumpyEvaluator`, GPT-2 and Llama) and
+        ``torch`` (``brwsim.backends.torchforward.TorchEvaluator``, the ``brwsim[torch]``
+        extra) build each optimal tree in rounds of batched evaluations
+        (:mod:`brwsim.backends.rounds`): the same trees, every node attending to the whole
+        root context and its ancestors.
+    dtype : {"float32", "float64"}, optional
+        Precision of a batched backend (default float32); the numba backend is float64.
+    device : {"cpu", "cuda"}, default "cpu"
+        Where the torch backend runs (the others run on the CPU).
+    contexts : {"window", "answer"}, optional
+        Roots of a batched backend: ``window`` (the numba backend's only kind: windows
+        of the prompts text as above) or ``answer`` (the default of the batched backends:
+        a prompt, then the first k tokens of the model's own sampled answer to it, k
+        uniform in 0 .. ``answer`` per root; :class:`~brwsim.backends.contexts.AnswerRoots`).
+        The prompts are ``prompt`` (one) or else ``prompts``: a list of texts or of token-id
+        lists, or a text (shipped corpus name, file or text) whose blank-line-separated
+        blocks are the prompts. Iterations 4j .. 4j + 3 read prompt j mod (number of
+        prompts), sharing its prefix.
+    answer : int, default 32
+        The largest k of ``contexts="answer"``.
 
     Attributes
     ----------
@@ -137,7 +160,10 @@ class Transformer(RootSampled, Family):
     _root_count = 200
 
     def __init__(self, path: Any, prompts: Any = "prose", prompt: str | None = None,
-                 temperature: float = 1.0, window: int = 32, carry: int = 32) -> None:
+                 temperature: float = 1.0, window: int = 32, carry: int = 32,
+                 backend: str = "numba", dtype: str | None = None, device: str = "cpu",
+                 contexts: str | None = None, answer: int = 32) -> None:
+        self._set_backend(backend, dtype, device, contexts, answer)
         self.temperature = check_positive("temperature", temperature)
         self.window = check_int("window", window, 1, 4096)
         self.carry = check_int("carry", carry, 0, 4096)
@@ -149,6 +175,7 @@ class Transformer(RootSampled, Family):
         self.vocab_size = ck.vocab_size
         self.model_type = ck.model_type
         self.n_params = ck.n_params
+        self._config = ck.config
         self._slots = self.window + self.carry
         if self._slots > ck.max_positions:
             raise UserError(f"window + carry = {self._slots} exceeds the model's "
@@ -165,7 +192,13 @@ class Transformer(RootSampled, Family):
                             f"vocabulary ({self.vocab_size}) is not byte-level")
         self.prompt = prompt
         self.prompts = os.fspath(prompts) if isinstance(prompts, os.PathLike) else prompts
-        if prompt is not None:
+        if self.contexts == "answer":
+            self._answer_prompts = self._prompt_list(prompt, self.prompts)
+            toks = self._answer_prompts[0]
+            self._root_w = int(toks.size)
+        elif isinstance(self.prompts, (list, tuple)):
+            raise UserError("a list of prompts needs contexts='answer' (a batched backend)")
+        elif prompt is not None:
             if not isinstance(prompt, str):
                 raise UserError(f"prompt must be a string, got {prompt!r}")
             toks = self.encode(prompt)
@@ -198,7 +231,127 @@ class Transformer(RootSampled, Family):
         else:
             out["prompts"] = self.prompts
         out.update(temperature=self.temperature, window=self.window, carry=self.carry)
+        if self.backend != "numba":
+            out.update(backend=self.backend, dtype=self.dtype, device=self.device,
+                       contexts=self.contexts)
+            if self.contexts == "answer":
+                out["answer"] = self.answer
         return out
+
+    # -- batched backends ------------------------------------------------------------------
+    #: Trees of a batched backend are built by :meth:`batched_trees` (brwsim.simulate reads it).
+    @property
+    def batched(self) -> bool:
+        return self.backend != "numba"
+
+    def _set_backend(self, backend: str, dtype: str | None, device: str, contexts: str | None,
+                     answer: int) -> None:
+        if backend not in ("numba", "numpy", "torch"):
+            raise UserError(f"backend must be numba, numpy or torch, got {backend!r}")
+        self.backend = backend
+        if dtype is None:
+            dtype = "float64" if backend == "numba" else "float32"
+        ok = {"numba": ("float64",), "numpy": ("float32", "float64"),
+              "torch": ("float32", "float64", "bfloat16")}[backend]
+        if dtype not in ok:
+            raise UserError(f"dtype {dtype!r} is not available with backend={backend} "
+                            f"({', '.join(ok)})")
+        self.dtype = dtype
+        if device not in ("cpu", "cuda") or (device == "cuda" and backend != "torch"):
+            raise UserError(f"device {device!r} is not available with backend={backend}")
+        self.device = device
+        if contexts is None:
+            contexts = "window" if backend == "numba" else "answer"
+        if contexts not in ("window", "answer") or (contexts == "answer" and backend == "numba"):
+            raise UserError(f"contexts must be 'window'{'' if backend == 'numba' else ' or answer'}"
+                            f" with backend={backend}, got {contexts!r}")
+        self.contexts = contexts
+        self.answer = check_int("answer", answer, 0, 1 << 20)
+
+    def _prompt_list(self, prompt: Any, prompts: Any) -> list[np.ndarray]:
+        """Token ids of each prompt of ``contexts="answer"`` (raw text, no chat template)."""
+        if prompt is not None:
+            items: list = [prompt]
+        elif isinstance(prompts, (list, tuple)):
+            items = list(prompts)
+        else:
+            text = load_corpus(prompts)
+            self._record_input("prompts text" if "\n" in str(prompts) else str(prompts),
+                               hashlib.sha256(text.encode("utf-8")).hexdigest())
+            items = [b.strip() for b in text.split("\n\n") if b.strip()]
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                toks = self.encode(item)
+            else:
+                try:
+                    toks = np.asarray(item, dtype=np.int64).ravel()
+                except (TypeError, ValueError):
+                    raise UserError(f"prompt {i} must be a text or a list of token ids") from None
+            if toks.size == 0 or toks.min() < 0 or toks.max() >= self.vocab_size:
+                raise UserError(f"prompt {i} must have tokens, ids in 0..{self.vocab_size - 1}")
+            out.append(toks)
+        if not out:
+            raise UserError("no prompts given")
+        return out
+
+    def evaluator(self):
+        """The batched backend's :class:`~brwsim.backends.base.TreeEvaluator` (built once)."""
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        if "evaluator" not in memo:
+            folder = os.path.abspath(shipped_checkpoint(self.path))
+            if self.backend == "numpy":
+                from brwsim.backends.numpyforward import NumpyEvaluator
+
+                memo["evaluator"] = NumpyEvaluator.from_folder(folder, self.dtype)
+            else:
+                try:
+                    import torch  # noqa: F401
+                except ImportError:
+                    raise UserError("backend=torch needs torch: pip install 'brwsim[torch]'") from None
+                if self.device == "cuda" and not torch.cuda.is_available():
+                    raise UserError("device=cuda: no CUDA device is available here")
+                from brwsim.backends.torchforward import TorchEvaluator
+
+                memo["evaluator"] = TorchEvaluator(folder, self.device, self.dtype)
+        return memo["evaluator"]
+
+    def root_context(self, seed: int, iteration: int) -> np.ndarray:
+        """The whole context of the root of ``iteration`` under a batched backend."""
+        if self.contexts == "window":
+            return self.root_tokens(seed, iteration)
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        roots = memo.get(("answers", seed))
+        if roots is None:
+            from brwsim.backends.contexts import AnswerRoots
+
+            eos = self._config.get("eos_token_id")
+            eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+            roots = memo[("answers", seed)] = AnswerRoots(
+                self.evaluator(), self._answer_prompts, seed_key(seed), self.answer,
+                1.0 / self.temperature, eos)
+        return roots.context(iteration, node_key(seed, iteration, ()))
+
+    def batched_trees(self, budgets: np.ndarray, seed: int, first: int, count: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """X_P, E[X | T_P] and the depth of T_P of iterations first .. first + count - 1,
+        each of shape (len(budgets), count), built by a batched backend in rounds."""
+        from brwsim.backends.rounds import optimal_tree, score_budgets
+
+        ev = self.evaluator()
+        acc = np.empty((budgets.size, count), np.int32)
+        exp = np.empty((budgets.size, count))
+        dep = np.empty((budgets.size, count), np.int32)
+        for j in range(count):
+            it = first + j
+            ctx = self.root_context(seed, it)
+            tree = optimal_tree(ev, ctx, int(budgets[-1]), node_key(seed, it, ()),
+                                1.0 / self.temperature)
+            if tree.pos.size < budgets[-1]:
+                raise UserError(f"fewer than P = {int(budgets[-1])} nodes of positive path "
+                                f"probability exist below root {it}")
+            acc[:, j], exp[:, j], dep[:, j] = score_budgets(tree, budgets)
+        return acc, exp, dep
 
     # -- text <-> tokens ---------------------------------------------------------------
     def encode(self, text: str) -> np.ndarray:
@@ -288,5 +441,14 @@ class Transformer(RootSampled, Family):
 
     # -- stationary-like marginal ----------------------------------------------------------
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
+        if self.batched:            # a drawn root's distribution from the batched backend
+            if self.contexts == "answer":
+                ctx = self._answer_prompts[int(rng.integers(len(self._answer_prompts)))]
+            else:
+                i = int(rng.integers(self._roots.size - self._root_w + 1))
+                ctx = self._roots[i:i + self._root_w]
+            z = self.evaluator().start(ctx) * (float(beta) / self.temperature)
+            e = np.exp(z - z.max())
+            return np.sort(e / e.sum())[::-1]
         i = int(rng.integers(self._roots.size - self._root_w + 1))
         return np.sort(self.probs(self._roots[i:i + self._root_w], beta))[::-1]

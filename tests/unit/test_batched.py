@@ -1,0 +1,189 @@
+"""Batched tree evaluation: the numpy backend, trees in rounds, roots along sampled answers.
+
+References: ``tinyckpt.reference_logits`` (each node's whole prefix recomputed in float64
+numpy, written from the architectures' definitions) and the node-at-a-time numba pass
+(``simulate`` with the default backend), whose trees the rounds must reproduce.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from brwsim import Transformer, UserError, simulate
+from brwsim.backends.base import TreeEvaluator
+from brwsim.backends.contexts import AnswerRoots
+from brwsim.backends.numpyforward import NumpyEvaluator
+from brwsim.backends.rounds import optimal_tree, score_budgets
+from brwsim.families.transformer import shipped_checkpoint
+from brwsim.keys import node_key, seed_key
+from brwsim.kernels.rng import PATH, purpose_key, unit
+
+from tests.unit.tinyckpt import reference_logits, write_gpt2, write_llama
+
+TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+        "All that glitters is not gold. Better late than never. ") * 4
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ckpt")
+    return {"gpt2": write_gpt2(base / "gpt2"),
+            "llama": write_llama(base / "llama", bias=True, vocab=270, scale=0.5),
+            "tied": write_llama(base / "tied", tied=True, kv_heads=1)}
+
+
+def _ref_lp(folder, tokens):
+    z = reference_logits(folder, tokens)
+    return z - (z.max() + math.log(np.exp(z - z.max()).sum()))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "tied"])
+def test_extend_equals_recomputing_the_prefix(ckpts, arch):
+    """start + extend in batches (parents inside a batch too) = every node's whole prefix
+    recomputed from scratch, to 1e-12 in float64; a later start reuses the common prefix."""
+    folder = ckpts[arch]
+    ev = NumpyEvaluator.from_folder(str(folder), "float64")
+    assert isinstance(ev, TreeEvaluator)
+    rng = np.random.default_rng(3)
+    ctx = rng.integers(0, 256, 40)
+    assert np.abs(ev.start(ctx) - _ref_lp(folder, ctx)).max() < 1e-12
+    parents = np.array([-1, -1, 0, 0, 2, 1, 4, 6, -1])
+    toks = rng.integers(0, 256, parents.size)
+    out = np.vstack([ev.extend(parents[:1], toks[:1]), ev.extend(parents[1:5], toks[1:5]),
+                     ev.extend(parents[5:], toks[5:])])
+    for i in range(parents.size):
+        path, j = [], i
+        while j >= 0:
+            path.append(toks[j])
+            j = parents[j]
+        want = _ref_lp(folder, np.concatenate([ctx, path[::-1]]))
+        assert np.abs(out[i] - want).max() < 1e-12, i
+    longer = np.concatenate([ctx, [7, 8, 9]])
+    assert np.abs(ev.start(longer) - _ref_lp(folder, longer)).max() < 1e-12
+    single = ev.extend(np.array([-1]), np.array([5]))[0]
+    assert np.abs(single - _ref_lp(folder, np.concatenate([longer, [5]]))).max() < 1e-12
+
+
+def test_float32_within_float32_rounding(ckpts):
+    f64 = NumpyEvaluator.from_folder(str(ckpts["llama"]), "float64")
+    f32 = NumpyEvaluator.from_folder(str(ckpts["llama"]), "float32")
+    ctx = np.arange(30) % 256
+    a, b = f64.start(ctx), f32.start(ctx)
+    assert b.dtype == np.float64 and np.abs(a - b).max() < 1e-4
+    par, tok = np.array([-1, 0, 0]), np.array([3, 4, 5])
+    assert np.abs(f64.extend(par, tok) - f32.extend(par, tok)).max() < 1e-4
+
+
+@pytest.mark.parametrize("which", ["target", "llama"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_rounds_equal_the_numba_pass(ckpts, which, temperature):
+    """The same trees as the node-at-a-time numba pass (whole window + path contexts):
+    E[X | T_P] at every budget 1..64 to 1e-12, X_P and depth equal."""
+    folder = shipped_checkpoint("target") if which == "target" else ckpts["llama"]
+    budgets = np.arange(1, 65)
+    ref = simulate(Transformer(folder, prompts=TEXT, window=12, carry=100,
+                               temperature=temperature), budgets, 3, seed=7)
+    fam = Transformer(folder, prompts=TEXT, window=12, carry=100, temperature=temperature,
+                      backend="numpy", dtype="float64", contexts="window")
+    ds = simulate(fam, budgets, 3, seed=7)
+    assert np.abs(ds.expected_accepted.values - ref.expected_accepted.values).max() < 1e-12
+    assert (ds.accepted.values == ref.accepted.values).all()
+    assert (ds.depth.values == ref.depth.values).all()
+    assert ds.attrs["family"] == repr(fam) and "backend='numpy'" in repr(fam)
+
+
+def test_rounds_do_not_depend_on_batching(ckpts):
+    """Rounds of 1 node (plain best-first) and of 64 give identical trees (positions to
+    float64 rounding: BLAS sums in an order that depends on the batch's shape); every
+    budget's prefix is the top P."""
+    ev = NumpyEvaluator.from_folder(str(ckpts["gpt2"]), "float64")
+    ctx = np.arange(10, 22)
+    key = node_key(4, 0, ())
+    a = optimal_tree(ev, ctx, 50, key, round_max=1, round_min=1)
+    b = optimal_tree(ev, ctx, 50, key, round_max=64, t_start=20.0)
+    assert a.rounds > b.rounds and b.evaluated >= 50
+    for f in ("depth", "onpath", "tokens", "ranks", "parents"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    np.testing.assert_allclose(a.pos, b.pos, rtol=1e-13)
+    assert np.all(np.diff(a.pos) >= -1e-12)
+    acc, exp, dep = score_budgets(a, np.array([1, 10, 50]))
+    assert exp[0] == pytest.approx(math.exp(-a.pos[0]))
+    assert dep[-1] == a.depth.max() and acc[-1] == a.onpath.sum()
+
+
+def test_answer_roots_follow_the_sampled_answer(ckpts):
+    """A root's context is its prompt then the first k tokens of one keyed answer per
+    prompt, each token drawn by inverse CDF over ranks of the recomputed distribution."""
+    folder = ckpts["llama"]
+    ev = NumpyEvaluator.from_folder(str(folder), "float64")
+    prompts = [np.array([3, 1, 4, 1, 5]), np.array([9, 2, 6])]
+    roots = AnswerRoots(ev, prompts, seed_key(11), 6, per_prompt=2)
+    seen = []
+    for it in range(8):
+        rk = node_key(11, it, ())
+        ctx = roots.context(it, rk)
+        p = prompts[(it // 2) % 2]
+        k = roots.k_of(it, rk)
+        assert 0 <= k <= 6 and ctx.size == p.size + k
+        np.testing.assert_array_equal(ctx[:p.size], p)
+        seen.append(((it // 2) % 2, ctx[p.size:]))
+    full = [roots.answer(i, 6) for i in range(2)]
+    for i, part in seen:
+        np.testing.assert_array_equal(part, full[i][:part.size])
+    # the first tokens of answer 0, drawn by hand from the reference distributions
+    akey = None
+    for j in range(3):
+        lq = _ref_lp(folder, np.concatenate([prompts[0], full[0][:j]]))
+        order = np.lexsort((np.arange(lq.size), -lq))
+        cum = np.cumsum(np.exp(lq[order]))
+        if akey is None:
+            from brwsim.backends.contexts import _ANSWER
+            from brwsim.kernels.rng import mix, root_key
+
+            akey = np.uint64(purpose_key(np.uint64(root_key(
+                np.uint64(mix(np.uint64(seed_key(11)) ^ _ANSWER)), np.uint64(0))), PATH))
+        r = int(np.searchsorted(cum, unit(akey, j)))
+        assert full[0][j] == order[r]
+
+
+def test_family_answer_contexts_run(ckpts):
+    fam = Transformer(ckpts["gpt2"], prompts=["Hello there", "General Kenobi"],
+                      backend="numpy", answer=4)
+    ds = simulate(fam, [1, 8], 2, seed=1)
+    assert ds.expected_accepted.shape == (2, 2) and np.all(ds.expected_accepted.values > 0)
+    assert fam.root_context(1, 0)[:5].tolist() == list(b"Hello")
+    assert fam.root_context(1, 4)[:7].tolist() == list(b"General")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(backend="jax"), "backend must be"),
+    (dict(dtype="float32"), "not available with backend=numba"),
+    (dict(backend="numpy", dtype="bfloat16"), "not available with backend=numpy"),
+    (dict(backend="numpy", device="cuda"), "device 'cuda'"),
+    (dict(contexts="answer"), "contexts must be"),
+    (dict(prompts=["a", "b"]), "needs contexts='answer'"),
+    (dict(backend="numpy", prompts=[[999]]), "prompt 0"),
+])
+def test_bad_backend_settings(ckpts, kw, match):
+    with pytest.raises(UserError, match=match):
+        Transformer(ckpts["gpt2"], **kw)
+
+
+def test_torch_missing_names_the_extra(ckpts, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    fam = Transformer(ckpts["gpt2"], prompts=["Hi"], backend="torch")
+    with pytest.raises(UserError, match=r"pip install 'brwsim\[torch\]'"):
+        fam.evaluator()
+
+
+def test_batched_runs_refuse_policies_and_batches(ckpts):
+    fam = Transformer(ckpts["gpt2"], prompts=["Hi"], backend="numpy")
+    with pytest.raises(UserError, match="optimal tree only"):
+        simulate(fam, [4], 1, policies=["chain()"])
+    with pytest.raises(UserError, match="batch > 1"):
+        simulate(fam, [4], 1, batch=2)
