@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.cli.parser import Parser
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY, FAMILIES
 from brwsim.policies import POLICIES
@@ -29,13 +30,6 @@ __all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "v
            "warning_lines"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit status 2), as for every other bad input."""
-
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
-        raise UserError(f"{self.prog}: {message}")
 
 
 def family_epilog(policies: bool = False) -> str:
