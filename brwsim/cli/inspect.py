@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.cli.common import add_command, bound_check
+from brwsim.cli.output import add_format, emit, report
 from brwsim.errors import UserError
 from brwsim.io import atomic_path
 from brwsim.lazy import xarray as xr
@@ -261,6 +262,75 @@ def describe(path: str | os.PathLike[str]) -> str:
     return "\n".join(lines)
 
 
+#: Units of the fields of ``inspect``'s JSON and CSV rows.
+INSPECT_UNITS = {
+    "group": "netCDF group ('/' for a run)", "point": "the point's family, policy and batch",
+    "budget": "draft tokens (tree nodes, root excluded)", "accepted_mean": "tokens",
+    "accepted_se": "tokens", "expected_mean": "tokens", "expected_se": "tokens",
+    "tokens_per_call": "tokens per target call", "depth_mean": "tree levels",
+    "paper_bound": "tokens", "upper_bound": "tokens", "upper_bound_se": "tokens",
+    "prediction": "tokens", "fraction_of_optimal": "1", "fraction_se": "1",
+    "batch": "requests", "best_budget": "draft tokens", "best_speedup": "1",
+    "best_speedup_se": "1", "best_tokens_per_call": "tokens per request per call",
+}
+
+
+def _jsonable_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """netCDF attributes as JSON values (numpy scalars and arrays to numbers and lists)."""
+    out = {}
+    for key, value in attrs.items():
+        out[key] = value.tolist() if hasattr(value, "tolist") else value
+    return out
+
+
+def _point_rows(group: str, label: str, pt: xr.Dataset) -> list[dict[str, Any]]:
+    """One row per budget of one point: every per-budget summary variable it holds."""
+    names = [n for n in ("accepted_mean", "accepted_se", "tokens_per_call", "expected_mean",
+                         "expected_se", "depth_mean", "paper_bound", "upper_bound",
+                         "upper_bound_se", "prediction", "fraction_of_optimal", "fraction_se")
+             if n in pt and pt[n].dims == ("budget",)]
+    coords = {d: pt[d].values.item() for d in pt.coords if d != "budget" and pt[d].ndim == 0}
+    rows = []
+    for i, p in enumerate(pt["budget"].values):
+        row = {"group": group, "point": label, **{k: v for k, v in coords.items() if k != "budget"},
+               "budget": int(p)}
+        row.update({n: float(pt[n].values[i]) for n in names})
+        rows.append(row)
+    return rows
+
+
+def inspect_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ``brwsim inspect --format json`` prints: the file's kind, its global attributes
+    and one row per (group, point, budget) with the summary table's fields."""
+    p = Path(path)
+    rows: list[dict[str, Any]] = []
+    with open_results(p) as (attrs, groups):
+        kind = "bank" if not groups else "sweep" if "/" not in groups else "run"
+        for name, ds in groups.items():
+            if _is_plan(ds):
+                kind = "plan"
+                for i, b in enumerate(ds["batch"].values):
+                    rows.append({"group": name, "batch": int(b),
+                                 "best_budget": int(ds["best_budget"].values[i]),
+                                 "best_speedup": float(ds["best_speedup"].values[i]),
+                                 "best_speedup_se": float(ds["best_speedup_se"].values[i]),
+                                 "best_tokens_per_call": float(ds["best_tokens_per_call"].values[i])})
+                continue
+            summary = point_summaries(ds)
+            for label, pt in _points(summary, attrs):
+                rows.extend(_point_rows(name, label, pt))
+        variables = {}
+        if not groups:
+            with xr.open_dataset(p, engine="netcdf4") as ds:
+                variables = {n: {"dims": list(v.dims), "long_name": v.attrs.get("long_name", ""),
+                                 "units": v.attrs.get("units", "")} for n, v in ds.data_vars.items()}
+    units = dict(INSPECT_UNITS)
+    for row in rows:                     # the grid's coordinates: swept family parameters
+        units.update({k: "swept grid value" for k in row if k not in units})
+    return report("inspect", rows, units, file=str(p), kind=kind,
+                  attrs=_jsonable_attrs(attrs), **({"variables": variables} if variables else {}))
+
+
 def plot(path: str | os.PathLike[str], out: str | os.PathLike[str], *, paper_bound: bool = False,
          tau: bool = False) -> Path:
     """Curves against P for every point of a file, one panel per group; returns the file written.
@@ -435,6 +505,7 @@ def register(subparsers: Any) -> None:
                       description="Print provenance, dims, swept parameters, budgets, "
                                   "iterations and a per-point summary table.")
     ins.add_argument("file", metavar="FILE", help="netCDF file written by brwsim sweep or run")
+    add_format(ins)
     plt = add_command(subparsers, "plot", _cmd_plot,
                       "plot E[X] (or a plan's speedup) against P for every point of a file",
                       description="E[X] (mean of E[X|T_P], standard-error bars) against "
@@ -450,7 +521,10 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    print(describe(args.file))
+    if args.format == "table":
+        print(describe(args.file))
+    else:
+        emit(args.format, inspect_report(args.file))
     return 0
 
 
