@@ -26,7 +26,7 @@ from brwsim.bankstats import (
     plot_entropy_histogram,
 )
 from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank
-from brwsim.cli.common import add_command, warning_lines
+from brwsim.cli.common import add_command, meaningful_asymptotic, warning_lines
 from brwsim.cli.output import add_format, emit, report, stdin_file
 from brwsim.errors import UserError
 from brwsim.lazy import xarray as xr
@@ -115,7 +115,8 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--roots", type=int, default=None, metavar="R",
                         help="PROMPTS is a corpus: generate from R windows drawn as "
                              "transformer(prompts=PROMPTS) draws a run's roots with --seed")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar or compile notice: stderr holds errors and warnings only")
     return parser
 
 
@@ -245,11 +246,14 @@ def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
     def fmt(v: float) -> str:
         return "n/a" if np.isnan(v) else f"{v:.4f}"
 
+    asym = meaningful_asymptotic(stats.asymptotic, stats.mu, stats.budgets)
     rows = [[str(p), fmt(u), fmt(x), fmt(x + 1), fmt(a), fmt(b)] for p, u, x, a, b in
-            zip(stats.budgets, stats.upper_bound, stats.prediction, stats.asymptotic,
-                stats.paper_bound)]
-    lines.append(format_table(rows, ["P", "upper bound (proven, i.i.d.)", "prediction E[X]",
-                                     "tau = X+1", "asymptotic", "paper bound"]))
+            zip(stats.budgets, stats.upper_bound, stats.prediction, asym, stats.paper_bound)]
+    lines.append(format_table(rows, ["P", "upper bound", "prediction", "tau pred.",
+                                     "asymptotic", "paper bound"]))
+    lines.append("upper bound: proven for the i.i.d. model of the rows; prediction: the renewal "
+                 "prediction of E[X]; asymptotic: for large P only (n/a where mu P < 1 or it "
+                 "is negative)")
     return "\n".join(lines)
 
 
@@ -295,7 +299,8 @@ def bank_stats_report(stats: BankStats, name: str) -> dict:
              "tokens_per_call_prediction": float(x) + 1, "prediction_asymptotic": float(a),
              "paper_bound": float(b)}
             for p, u, x, a, b in zip(stats.budgets, stats.upper_bound, stats.prediction,
-                                     stats.asymptotic, stats.paper_bound)]
+                                     meaningful_asymptotic(stats.asymptotic, stats.mu, stats.budgets),
+                                     stats.paper_bound)]
     edges = histogram_bins(stats, 10)
     units = {"budget": "draft tokens (tree nodes, root excluded)",
              "upper_bound": "tokens (proven for the i.i.d. model of the rows)", "prediction": "tokens",

@@ -91,7 +91,10 @@ def _main(argv: list[str], guard: "_StdoutGuard") -> int:
         if extra:
             raise UserError(f"{first}: unrecognized arguments: {' '.join(extra)}")
         args.argv = argv
-        code = int(args.func(args) or 0)
+        from brwsim.cli.common import quiet_compiles
+
+        with quiet_compiles(bool(getattr(args, "quiet", False))):
+            code = int(args.func(args) or 0)
         sys.stdout.flush()                # a closed pipe or a full disk shows here, not at exit
         return code
     except BrokenPipeError:

@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
     pl.add_argument("--draft-level-ms", type=float, default=0.0, help="drafter ms per forest depth level (default 0)")
     pl.add_argument("--draft-node-ms", type=float, default=0.0, help="drafter ms per drafted node (default 0)")
     pl.add_argument("--out", default="", help="netCDF output (default: none)")
-    pl.add_argument("--quiet", action="store_true", help="no progress bar")
+    pl.add_argument("--quiet", action="store_true",
+                     help="no progress bar or compile notice: stderr holds errors and warnings only")
     add_format(pl)
     exp = add_command(sub, "export-acceptance", _cmd_export, "a predicted acceptance schedule as "
                       "vLLM, SGLang and TensorRT-LLM synthetic-acceptance settings (JSON)", family=True)

@@ -48,7 +48,8 @@ def register(sub: Any) -> None:
                           "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
     run.add_argument("--batch", type=int, default=1,
                      help="requests B sharing each budget: forests of B roots, the equal split alongside (default 1)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress bar or compile notice: stderr holds errors and warnings only")
     add_format(run)
 
 

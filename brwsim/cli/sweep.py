@@ -31,7 +31,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
     parser.add_argument("--summary-only", action="store_true",
                         help="keep per-point statistics and histograms, not per-iteration arrays")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true",
+                     help="no progress bar or compile notice: stderr holds errors and warnings only")
     return parser
 
 

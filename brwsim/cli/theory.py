@@ -6,7 +6,13 @@ import argparse
 import math
 from typing import Any
 
-from brwsim.cli.common import DEFAULT_BUDGETS, add_command, small_budget_column, value_se
+from brwsim.cli.common import (
+    DEFAULT_BUDGETS,
+    add_command,
+    meaningful_asymptotic,
+    small_budget_column,
+    value_se,
+)
 from brwsim.cli.output import add_format, emit, report
 from brwsim.errors import UserError
 from brwsim.families import parse_family
@@ -51,6 +57,7 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     budgets = validate_budgets(parse_budgets(args.budgets))
     mom = family.moments()
     pred, reasons = predictions(family, budgets, with_reasons=True)
+    pred["prediction_asymptotic"] = meaningful_asymptotic(pred["prediction_asymptotic"], mom.mu, budgets)
     why = paper_bound_reason(family)
     bound = paper_bound(mom.mu, mom.mu2, budgets) if why is None else np.full(budgets.shape, np.nan)
     if why is not None:
@@ -82,12 +89,13 @@ def _cmd_theory(args: argparse.Namespace) -> int:
              fmt(pred["prediction"][i], pred["prediction_se"][i]),
              fmt(pred["prediction_asymptotic"][i]), fmt(pred["prediction"][i] + 1)]
             for i, p in enumerate(budgets)]
-    print(format_table(rows, ["P", "paper bound", "proven bound", "proven small-P bound",
-                              "renewal prediction", "renewal asymptotic", "tau pred."]))
-    print("proven bound: min over lam of the mean tree's Lagrangian (renewal functions); "
-          "proven small-P bound: the same, lam chosen per sampled tree after its first "
+    print(format_table(rows, ["P", "paper bound", "upper bound", "small-P bound",
+                              "prediction", "asymptotic", "tau pred."]))
+    print("upper bound: proven, min over lam of the mean tree's Lagrangian (renewal functions); "
+          "small-P bound: also proven, lam chosen per sampled tree after its first "
           f"{DEFAULT_EXPAND} nodes (up to {DEFAULT_SAMPLES} trees, ± its SE; sharp at small P){small_note}; "
-          "renewal asymptotic: key renewal theorem, for large P only")
+          "prediction: the renewal prediction; asymptotic: key renewal theorem, for large P "
+          "only (n/a where mu P < 1 or it is negative)")
     for name in ("paper_bound", "upper_bound", "prediction", "prediction_asymptotic"):
         if name in reasons:
             print(f"{name.replace('_', ' ')}: n/a: {reasons[name]}")
