@@ -209,6 +209,7 @@ def capture_bank(checkpoint: str | os.PathLike[str], prompts: str | os.PathLike[
                        command=command or f"brwsim.capture.capture_bank({checkpoint!r}, "
                                           f"{os.fspath(prompts)!r})")
     ds.attrs["capture_config_json"] = json.dumps(config, sort_keys=True)
+    ds.attrs["seed_entropy"] = str(seed)            # the sampling seed (an import has none)
     ds.attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     ds.attrs["model_type"] = model.model_type
     if out is not None:

@@ -32,7 +32,7 @@ from brwsim.theory import (
 from brwsim.validate import check_int, check_work_size, echo
 
 # validate_budgets .. run_forest live in brwsim.engine and are re-exported here
-__all__ = ["simulate", "summarize", "policy_gap", "predictions", "make_dataset",
+__all__ = ["simulate", "summarize", "policy_gap", "paired_fraction", "predictions", "make_dataset",
            "validate_budgets", "validate_batch", "seed_key", "run_iterations", "run_forest"]
 
 _CHUNK = 256
@@ -382,6 +382,39 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
         out["sharing_gain_se"] = (resid.std("iteration", ddof=1) / (root_n * safe) if n > 1
                                   else gain * np.nan)
     return out
+
+
+def paired_fraction(mean: np.ndarray, axis: int, reference: int,
+                    per_tree: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each policy's mean E[X | T] as a fraction of the reference policy's, and its paired SE.
+
+    Parameters
+    ----------
+    mean : ndarray
+        Mean E[X | T], with a policy axis ``axis``.
+    axis : int
+        The policy axis of ``mean`` (and of ``per_tree``).
+    reference : int
+        The reference policy's index along ``axis`` (the optimal tree).
+    per_tree : ndarray, optional
+        E[X | T] per tree, ``mean``'s shape with a last axis of trees (the same trees under
+        every policy). Without it the SE is NaN: a paired SE needs the pairs.
+
+    Returns
+    -------
+    fraction, se : ndarray
+        ``mean / mean_ref`` and ``sd(a - f b) / (sqrt(n) mean_ref)`` (the delta method on
+        the paired means, as :func:`policy_gap`); NaN where the reference mean is 0.
+    """
+    ref = np.take(mean, [reference], axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(ref > 0, mean / ref, np.nan)
+        se = np.full(frac.shape, np.nan)
+        if per_tree is not None and per_tree.shape[-1] > 1:
+            n = per_tree.shape[-1]
+            resid = per_tree - frac[..., None] * np.take(per_tree, [reference], axis=axis)
+            se = resid.std(axis=-1, ddof=1) / (math.sqrt(n) * ref)
+    return frac, se
 
 
 def policy_gap(ds: xr.Dataset, reference: int = 0) -> xr.Dataset:

@@ -317,54 +317,68 @@ def summary(ds: xr.Dataset) -> str:
     return "\n".join(lines)
 
 
-def plot(ds: xr.Dataset, path: Path) -> None:
-    """Measured vs predicted per curve, T = 0 and T > 0 apart; per-position acceptance."""
-    import matplotlib
+def plot(ds: xr.Dataset, path: Path | None = None):
+    """Measured vs predicted per curve (T = 0 and T > 0 apart, at most five curves a panel,
+    brwsim.plotting); per-position acceptance in the last panel; returns the figure."""
+    from brwsim import plotting
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     greedy = ds.temperature.values == 0
-    for ax, sel, title in ((axes[0], greedy, "T = 0 (greedy target): best-first trees"),
-                           (axes[1], ~greedy, "T > 0 (sampled target): chains")):
-        for j, i in enumerate(np.flatnonzero(sel)):
+    curves = {True: [], False: []}
+    for i in range(ds.sizes["curve"]):
+        if np.count_nonzero(ds.point_curve.values == i) >= 2:
+            curves[bool(greedy[i])].append(i)
+    per_panel = plotting.MAX_SERIES - 3            # three entries say what the line styles mean
+    panels = [("T = 0 (greedy target): best-first trees", part) for part in plotting.chunks(curves[True], per_panel)]
+    chains = plotting.chunks(curves[False], per_panel)
+    panels += [(f"T > 0 (sampled target): chains, {k + 1} of {len(chains)}", part)
+               for k, part in enumerate(chains)]
+    rows, cols = plotting.grid_shape(len(panels) + 1, 3)
+    fig, axes = plotting.new_figure(rows, cols, width=4.6, height=3.9)
+    flat = [ax for row in axes for ax in row]
+    for ax, (title, part) in zip(flat, panels):
+        for j, i in enumerate(part):
             pts = np.flatnonzero(ds.point_curve.values == i)
-            if pts.size < 2:
-                continue
-            col = plt.cm.tab20(j % 20)
+            col = plotting.COLORS[j]
             x = ds.P.values[pts]
             ax.plot(x, ds.tokens_per_call.values[pts], "o", color=col, ms=4,
-                    label=str(ds.curve.values[i])[:38])
+                    label=str(ds.curve.values[i])[:40])
             ax.plot(x, ds.predicted.sel(shape="zipf-spread").values[pts], "-", color=col, lw=1)
             ax.plot(x, ds.ceiling.sel(shape="zipf-spread").values[pts], ":", color=col, lw=1)
+        for style, what in (("o", "measured"), ("-", "i.i.d. fit at the first point"),
+                            (":", "optimal ceiling")):
+            ax.plot([], [], style, color="0.3", label=what)
         ax.set_xlabel("draft budget P (root excluded)")
         ax.set_ylabel("tokens per target call")
-        ax.set_title(title + "\n(o measured, - i.i.d. fit at first point, : optimal ceiling)",
-                     fontsize=9)
-        ax.legend(fontsize=5.5, loc="upper left")
-    ax = axes[2]
+        ax.set_title(f"measured vs predicted, {title}", fontsize=plotting.TITLE_SIZE - 1)
+        ax.grid(True, alpha=0.3)
+        plotting.legend(ax, where="below")
+    ax = flat[len(panels)]
     for i in np.flatnonzero(~greedy):
         pts = np.flatnonzero(ds.point_curve.values == i)
-        ax.plot(ds.P.values[pts], ds.per_position_acceptance.values[pts], color="grey", lw=0.7,
-                alpha=0.7)
+        ax.plot(ds.P.values[pts], ds.per_position_acceptance.values[pts], color="0.6", lw=0.7)
+    ax.plot([], [], color="0.6", lw=0.7, label="InferenceX chains (T > 0)")
     x = ds.position.values
-    ax.plot(x, ds.power_law, "k--", lw=1.5, label="0.652 x^-0.449")
-    for r, ls in zip(ds.fit_range.values, ("-", "-.")):
-        s = float(ds.power_law_sigma.sel(fit_range=r))
+    ax.plot(x, ds.power_law, "--", color="k", lw=1.5, label="0.652 x^-0.449")
+    for k, (r, ls) in enumerate(zip(ds.fit_range.values, ("-", "-."))):
+        s_ = float(ds.power_law_sigma.sel(fit_range=r))
         g = float(ds.power_law_gamma.sel(fit_range=r))
-        ax.plot(x, ds.power_law_model.sel(fit_range=r), ls, lw=1.5,
-                label=f"noisy(sigma={s:.2f}, gamma={g:.2f}), fit on {r}")
+        ax.plot(x, ds.power_law_model.sel(fit_range=r), ls, color=plotting.COLORS[k + 1], lw=1.5,
+                label=f"noisy(sigma={s_:.2f}, gamma={g:.2f}), fit on {r}")
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("position x in the chain")
     ax.set_ylabel("P(accept x | accepted x - 1)")
-    ax.set_title("per-position acceptance: InferenceX chains (grey, T > 0)\n"
-                 "and the depth-degrading drafter (default family)", fontsize=9)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ax.set_title("per-position acceptance: chains against\nthe depth-degrading drafter",
+                 fontsize=plotting.TITLE_SIZE - 1)
+    ax.grid(True, alpha=0.3)
+    plotting.legend(ax, where="below")
+    for extra in flat[len(panels) + 1:]:
+        extra.set_visible(False)
+    fig.suptitle("Published tokens-per-call curves against brwsim's i.i.d. fit and the optimal "
+                 "ceiling", fontsize=plotting.TITLE_SIZE + 1)
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

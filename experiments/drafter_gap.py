@@ -154,31 +154,43 @@ def main() -> None:
     print(f"wrote {out}")
 
 
-def plot(ds: xr.Dataset, path: Path) -> None:
-    """Fraction of optimal E[X] against log2 P, one panel per family."""
-    import matplotlib
+#: The policies of each column of the figure: shaped trees and EAGLE's dynamic trees, then
+#: best-first drafters with noisy estimates (brwsim.plotting: at most 8 series a panel).
+PANEL_GROUPS = (("shaped and dynamic trees", ("chain", "kary", "expansion", "sequoia", "dynamic")),
+                ("best-first on noisy estimates", ("noisy",)))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    n = ds.sizes["family"]
-    fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 4.2), squeeze=False)
-    x = np.log2(ds.budget.values)
-    for ax, fam in zip(axes[0], ds.family.values):
-        for pol in ds.policy.values[1:]:
-            d = ds.sel(family=fam, policy=pol)
-            ax.errorbar(x, d.fraction_of_optimal, yerr=2 * d.fraction_se, ms=3, marker="o",
-                        label=str(d.label.values)[:52], lw=1)
-        for p in (48, 64, 768):
-            ax.axvline(np.log2(p), color="grey", lw=0.5, ls=":")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("log2 P")
-        ax.set_ylabel("E[X] / optimal E[X]")
-        ax.set_title(str(fam))
-    axes[0][0].legend(fontsize=6, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def plot(ds: xr.Dataset, path: Path | None = None):
+    """Fraction of optimal E[X] against P with its paired ±2 SE band: one row per family,
+    one column per group of policies (:data:`PANEL_GROUPS`); returns the figure."""
+    from brwsim import plotting
+
+    fams = list(ds.family.values)
+    fig, axes = plotting.new_figure(len(fams), len(PANEL_GROUPS), width=4.4, height=2.9)
+    pols = [str(p) for p in ds.policy.values[1:]]
+    for c, (title, prefixes) in enumerate(PANEL_GROUPS):
+        members = [p for p in pols if p.split("(")[0].split(" ")[0] in prefixes]
+        for r, fam in enumerate(fams):
+            ax = axes[r][c]
+            for k, pol in enumerate(members[:plotting.MAX_SERIES]):
+                d = ds.sel(family=fam, policy=pol)
+                plotting.paired_band(ax, ds.budget.values, d.fraction_of_optimal.values,
+                                     d.fraction_se.values, plotting.COLORS[k],
+                                     str(d.label.values)[:60])
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0, 1.03)
+            ax.axhline(1.0, color="0.5", lw=0.8)
+            ax.grid(True, alpha=0.3)
+            ax.set_title(f"{title}\non {fam}", fontsize=plotting.TITLE_SIZE - 1)
+            ax.set_ylabel("fraction of optimal E[X]")
+            if r == len(fams) - 1:
+                ax.set_xlabel("draft budget P")
+        plotting.legend(axes[len(fams) - 1][c], where="below", ncol=1)
+    fig.suptitle("Practical drafters against the optimal tree, paired on the same trees "
+                 "(band: ±2 paired SE)", fontsize=plotting.TITLE_SIZE + 1)
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
 
 
 if __name__ == "__main__":

@@ -181,50 +181,58 @@ def main() -> None:
     report(ds)
 
 
-def figure(ds: xr.Dataset, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def figure(ds: xr.Dataset, path: Path | None = None):
+    """Speedup at P*, P*/B and the sharing gain against B, one column per family; GPU and
+    model by colour, context by line style (brwsim.plotting); returns the figure."""
+    from brwsim import plotting
 
     fams = ds.family.values
-    fig, axes = plt.subplots(3, len(fams), figsize=(4.6 * len(fams), 10), squeeze=False)
+    fig, axes = plotting.new_figure(3, len(fams), width=4.2, height=3.0)
     b = ds.batch.values
     shown = [j for j in range(ds.sizes["config"])
              if ds.gpu.values[j] in ("a100", "h100") and ds.drafter.values[j] == "free"]
-    colors = {("a100", "8B"): "C0", ("a100", "70B"): "C1", ("h100", "8B"): "C2", ("h100", "70B"): "C3"}
+    keys = [("a100", "8B"), ("a100", "70B"), ("h100", "8B"), ("h100", "70B")]
+    colors = {k: plotting.COLORS[i] for i, k in enumerate(keys)}
     for i, fam in enumerate(fams):
         for j in shown:
             ok = ds.fits.values[j].astype(bool)
-            style = "-" if ds.context.values[j] == max(CONTEXTS) else ":"
-            color = colors[(str(ds.gpu.values[j]), str(ds.model.values[j]))]
-            label = str(ds.config.values[j])
+            ctx = int(ds.context.values[j])
+            style = "-" if ctx == max(CONTEXTS) else ":"
+            key = (str(ds.gpu.values[j]), str(ds.model.values[j]))
+            label = f"{key[1]} on {key[0].upper()}, context {ctx}"
             axes[0, i].errorbar(b[ok], ds.best_speedup.values[i, j][ok], ds.best_speedup_se.values[i, j][ok],
-                                ls=style, color=color, marker="o", ms=3, label=label)
+                                ls=style, color=colors[key], marker="o", ms=3, label=label)
             pays = ok & (ds.best_budget.values[i, j] > 0)       # P* = 0: speculation does not pay
             axes[1, i].plot(b[pays], ds.best_budget.values[i, j][pays] / b[pays], ls=style,
-                            color=color, marker="o", ms=3, label=label)
-        for per in (1, 4, 16):
-            k = [np.nonzero(ds.budget.values == per * bb)[0] for bb in b]
-            sel = [(bb, ds.sharing_gain.values[i, n, kk[0]]) for n, (bb, kk) in enumerate(zip(b, k))
-                   if kk.size and bb > 1]
+                            color=colors[key], marker="o", ms=3, label=label)
+        for k, per in enumerate((1, 4, 16)):
+            kk = [np.nonzero(ds.budget.values == per * bb)[0] for bb in b]
+            sel = [(bb, ds.sharing_gain.values[i, n, idx[0]]) for n, (bb, idx) in enumerate(zip(b, kk))
+                   if idx.size and bb > 1]
             if sel:
-                axes[2, i].plot(*zip(*sel), marker="o", ms=3, label=f"P = {per} B")
+                axes[2, i].plot(*zip(*sel), marker="o", ms=3, color=plotting.COLORS[k],
+                                label=f"P = {per} B")
         axes[0, i].axhline(1.0, color="grey", lw=0.8)
-        axes[0, i].set_title(fam, fontsize=10)
-        axes[0, i].set_ylabel("speed-of-light speedup at P*")
-        axes[1, i].set_ylabel("P* / B (draft nodes per request; none: P* = 0)")
+        axes[0, i].set_title(f"speed-of-light goodput: {fam}", fontsize=plotting.TITLE_SIZE)
+        axes[0, i].set_ylabel("speedup at P*")
+        axes[1, i].set_title(f"best budget per request: {fam}", fontsize=plotting.TITLE_SIZE)
+        axes[2, i].set_title(f"one shared budget vs an equal split: {fam}", fontsize=plotting.TITLE_SIZE - 1)
+        axes[1, i].set_ylabel("P* / B (nodes per request)")
         axes[1, i].set_yscale("log", base=2)
         axes[2, i].set_ylabel("shared / equal-split E[X]")
         for r in range(3):
             axes[r, i].set_xscale("log", base=2)
             axes[r, i].set_xlabel("batch size B")
-    axes[0, 0].legend(fontsize=7)
-    axes[2, 0].legend(fontsize=7)
-    fig.suptitle("Speed-of-light goodput (free drafting, BF16; solid: context "
-                 f"{max(CONTEXTS)}, dotted: {min(CONTEXTS)}; B200 is in the data)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+            axes[r, i].grid(True, alpha=0.3)
+    plotting.legend(axes[0, -1], title="target, GPU, context")
+    plotting.legend(axes[1, -1], title="target, GPU, context")
+    plotting.legend(axes[2, -1], title="shared budget")
+    fig.suptitle("Speed-of-light goodput under a roofline (free drafting, BF16; solid: context "
+                 f"{max(CONTEXTS)}, dotted: {min(CONTEXTS)}; B200 is in the data)",
+                 fontsize=plotting.TITLE_SIZE + 1)
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
 
 
 def report(ds: xr.Dataset) -> None:

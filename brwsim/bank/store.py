@@ -67,6 +67,7 @@ def bank_dataset(arrays: dict[str, np.ndarray], *, files: Sequence[str], formats
     }
     config = {"files": list(files), "top_k": top_k, "vocab": vocab, "skip_bad": skip_bad}
     attrs: dict[str, Any] = provenance_attrs("brwsim logprob bank", config, 0, command)
+    del attrs["seed_entropy"]                   # an import draws no random numbers
     attrs.update({
         "source_files": json.dumps(list(files)),
         "format": ", ".join(sorted(formats)),

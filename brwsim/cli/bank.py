@@ -8,6 +8,7 @@ Argument handling and printing only; the work is done by :func:`brwsim.bank.impo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -25,7 +26,9 @@ from brwsim.bankstats import (
     plot_entropy_histogram,
 )
 from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank
-from brwsim.cli.common import add_command, warning_lines
+from brwsim.cli.common import add_command, meaningful_asymptotic, warning_lines
+from brwsim.cli.output import add_format, emit, report, stdin_file
+from brwsim.errors import UserError
 from brwsim.lazy import xarray as xr
 from brwsim.textform import format_table, parse_budgets
 from brwsim.validate import check_output_path
@@ -60,7 +63,8 @@ def _register_import(subparsers: Any) -> argparse.ArgumentParser:
                     ".ndjson, .json) or .npz files with a 'logprobs' array of shape "
                     "(positions, k) and write a bank: sorted top-k probabilities, tail mass, "
                     "sampled rank and bounds of the entropy and second log-moment (nats).")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="input files")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="input files ('-': JSON Lines on standard input)")
     _add_bank_out(parser)
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip bad positions and lines (with a warning) instead of failing")
@@ -90,8 +94,8 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
                         help="checkpoint folder (config.json, model.safetensors [, "
                              "tokenizer.json]) or 'target' / 'draft'")
     parser.add_argument("prompts", metavar="PROMPTS",
-                        help="UTF-8 text file, one prompt per line (with --roots: a corpus, "
-                             "'prose', 'code' or a text file)")
+                        help="UTF-8 text file, one prompt per line ('-': standard input; with "
+                             "--roots: a corpus, 'prose', 'code' or a text file)")
     _add_bank_out(parser)
     parser.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int,
                         default=DEFAULT_TOKENS, metavar="N",
@@ -111,7 +115,8 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--roots", type=int, default=None, metavar="R",
                         help="PROMPTS is a corpus: generate from R windows drawn as "
                              "transformer(prompts=PROMPTS) draws a run's roots with --seed")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar or compile notice: stderr holds errors and warnings only")
     return parser
 
 
@@ -120,11 +125,12 @@ def _run_capture(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    ds = capture_bank(args.checkpoint, args.prompts, args.out, tokens=args.tokens,
-                      temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      window=args.window, carry=args.carry, roots=args.roots,
-                      progress=not args.quiet,
-                      command=" ".join(["brwsim"] + sys.argv[1:]))
+    with stdin_file(args.prompts, ".txt") as prompts:
+        ds = capture_bank(args.checkpoint, prompts, args.out, tokens=args.tokens,
+                          temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                          window=args.window, carry=args.carry, roots=args.roots,
+                          progress=not args.quiet,
+                          command=" ".join(["brwsim"] + sys.argv[1:]))
     seconds = time.perf_counter() - start
     print(describe_bank(ds, args.out))
     print(f"Generated {ds.sizes['position']} tokens in {seconds:.1f} s "
@@ -172,8 +178,11 @@ def _run_import(args: argparse.Namespace) -> int:
     int
         0 on success (errors raise :class:`~brwsim.errors.UserError`).
     """
-    with warning_lines(BadInputWarning):
-        ds = import_logprobs(args.files, args.out, skip_bad=args.skip_bad, top_k=args.top_k,
+    if args.files.count("-") > 1:
+        raise UserError("import-logprobs: '-' (standard input) can be given once")
+    with warning_lines(BadInputWarning), contextlib.ExitStack() as stack:
+        files = [stack.enter_context(stdin_file(f, ".jsonl")) for f in args.files]
+        ds = import_logprobs(files, args.out, skip_bad=args.skip_bad, top_k=args.top_k,
                              vocab=args.vocab, command=" ".join(["brwsim"] + sys.argv[1:]))
     print(describe_bank(ds, args.out))
     return 0
@@ -237,11 +246,14 @@ def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
     def fmt(v: float) -> str:
         return "n/a" if np.isnan(v) else f"{v:.4f}"
 
+    asym = meaningful_asymptotic(stats.asymptotic, stats.mu, stats.budgets)
     rows = [[str(p), fmt(u), fmt(x), fmt(x + 1), fmt(a), fmt(b)] for p, u, x, a, b in
-            zip(stats.budgets, stats.upper_bound, stats.prediction, stats.asymptotic,
-                stats.paper_bound)]
-    lines.append(format_table(rows, ["P", "upper bound (proven, i.i.d.)", "prediction E[X]",
-                                     "tau = X+1", "asymptotic", "paper bound"]))
+            zip(stats.budgets, stats.upper_bound, stats.prediction, asym, stats.paper_bound)]
+    lines.append(format_table(rows, ["P", "upper bound", "prediction", "tau pred.",
+                                     "asymptotic", "paper bound"]))
+    lines.append("upper bound: proven for the i.i.d. model of the rows; prediction: the renewal "
+                 "prediction of E[X]; asymptotic: for large P only (n/a where mu P < 1 or it "
+                 "is negative)")
     return "\n".join(lines)
 
 
@@ -262,6 +274,7 @@ def _register_stats(subparsers: Any) -> argparse.ArgumentParser:
                         help="vocabulary size: recompute the bounds with it (finite uppers)")
     parser.add_argument("--plot", default=None, metavar="FIG.png",
                         help="also write a histogram of per-position entropy")
+    add_format(parser)
     return parser
 
 
@@ -270,8 +283,39 @@ def _run_stats(args: argparse.Namespace) -> int:
     if args.plot:
         check_output_path(args.plot, "--plot")     # before the work, as every output
     stats = bank_stats(args.bank, parse_budgets(args.budgets), vocab=args.vocab)
-    print(format_bank_stats(stats, args.bank))
+    if args.format == "table":
+        print(format_bank_stats(stats, args.bank))
+    else:
+        emit(args.format, bank_stats_report(stats, args.bank))
     if args.plot:
         plot_entropy_histogram(stats, args.plot, title=Path(args.bank).name)
-        print(f"wrote {args.plot}")
+        print(f"wrote {args.plot}", file=sys.stdout if args.format == "table" else sys.stderr)
     return 0
+
+
+def bank_stats_report(stats: BankStats, name: str) -> dict:
+    """``bank-stats``'s report (:func:`brwsim.cli.output.report`): one row per budget."""
+    rows = [{"budget": int(p), "upper_bound": float(u), "prediction": float(x),
+             "tokens_per_call_prediction": float(x) + 1, "prediction_asymptotic": float(a),
+             "paper_bound": float(b)}
+            for p, u, x, a, b in zip(stats.budgets, stats.upper_bound, stats.prediction,
+                                     meaningful_asymptotic(stats.asymptotic, stats.mu, stats.budgets),
+                                     stats.paper_bound)]
+    edges = histogram_bins(stats, 10)
+    units = {"budget": "draft tokens (tree nodes, root excluded)",
+             "upper_bound": "tokens (proven for the i.i.d. model of the rows)", "prediction": "tokens",
+             "tokens_per_call_prediction": "tokens per target call",
+             "prediction_asymptotic": "tokens (null where meaningless)", "paper_bound": "tokens",
+             "mu": "nats", "mu2": "nats^2", "h2": "nats^2", "entropy": "nats", "tail_mass": "1",
+             "top1_mean": "tokens (exact E[X] at P = 1)"}
+    return report("bank-stats", rows, units, bank=str(name), positions=stats.positions,
+                  k=stats.k, k_min=stats.k_min, vocab=stats.vocab, tail_mass=stats.tail_mass,
+                  mu=stats.mu, mu2=stats.mu2, h2=stats.h2, top1_mean=stats.top1_mean,
+                  entropy_lower_mean=float(np.mean(stats.entropy_lower)),
+                  entropy_upper_mean=float(np.mean(stats.entropy_upper)),
+                  mu2_lower_mean=float(np.mean(stats.mu2_lower)),
+                  mu2_upper_mean=float(np.mean(stats.mu2_upper)),
+                  entropy_histogram={"edges": edges,
+                                     "lower": np.histogram(stats.entropy_lower, edges)[0],
+                                     "upper": (np.histogram(stats.entropy_upper, edges)[0]
+                                               if np.isfinite(stats.entropy_upper).all() else None)})

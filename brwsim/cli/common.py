@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.cli.parser import Parser
 from brwsim.errors import UserError
 from brwsim.families import DEFAULT_FAMILY, FAMILIES
 from brwsim.policies import POLICIES
@@ -26,16 +27,9 @@ from brwsim.theory import Prediction, small_budget_bound
 
 __all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se",
            "bound_check", "reason_lines", "small_budget_column", "SMALL_BUDGET_MAX",
-           "warning_lines"]
+           "warning_lines", "meaningful_asymptotic", "quiet_compiles"]
 
 DEFAULT_BUDGETS = ",".join(str(2 ** i) for i in range(13))    # 1, 2, 4, ..., 4096
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit status 2), as for every other bad input."""
-
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
-        raise UserError(f"{self.prog}: {message}")
 
 
 def family_epilog(policies: bool = False) -> str:
@@ -139,6 +133,40 @@ def write_output(ds: Any, out: str) -> None:
     if out:
         write_netcdf_atomic(ds, out)
         print(f"wrote {out}")
+
+
+def meaningful_asymptotic(values: Any, mu: float, budgets: Any) -> np.ndarray:
+    """The key-renewal asymptotic where it means something: NaN where mu P < 1 (its
+    log(mu P) term has the wrong sign there) or where it is negative (E[X] >= 0)."""
+    values = np.array(values, dtype=np.float64, copy=True)
+    budgets = np.asarray(budgets, dtype=np.float64)
+    values[(mu * budgets < 1.0) | (values < 0)] = np.nan
+    return values
+
+
+@contextlib.contextmanager
+def quiet_compiles(quiet: bool) -> Iterator[None]:
+    """With ``quiet``, no compile notice on stderr from this process or from workers it
+    starts (``BRWSIM_COMPILE_NOTICE=0`` for them); both restored afterwards."""
+    if not quiet:
+        yield
+        return
+    import os
+
+    from brwsim.kernels import COMPILE_NOTICE
+
+    old_stream, old_env = COMPILE_NOTICE.stream, os.environ.get("BRWSIM_COMPILE_NOTICE")
+    os.environ["BRWSIM_COMPILE_NOTICE"] = "0"
+    with open(os.devnull, "w") as sink:
+        COMPILE_NOTICE.stream = sink
+        try:
+            yield
+        finally:
+            COMPILE_NOTICE.stream = old_stream
+            if old_env is None:
+                os.environ.pop("BRWSIM_COMPILE_NOTICE", None)
+            else:
+                os.environ["BRWSIM_COMPILE_NOTICE"] = old_env
 
 
 #: The conditioned bound's cost grows with P (its frontier holds about P nodes per tree):

@@ -1,6 +1,8 @@
 """Command line: ``brwsim run | theory | ceiling | plan | export-acceptance`` (and the sweep and bank commands).
 
-Every user error (bad family string, budget, file) prints one line
+Bare ``brwsim`` and ``brwsim --help`` print the commands, one line each; ``-V`` the
+version; neither imports numpy (:mod:`brwsim.cli.parser`). A command imports only its own
+module. Every user error (bad family string, budget, file) prints one line
 ``brwsim: error: ...`` and exits with status 2; no output file is written then. So do the
 faults a user can cause: a full disk, an unwritable output (checked before the work
 starts), memory exhausted, input nested too deeply. A closed stdout (``brwsim inspect F |
@@ -18,22 +20,34 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from brwsim import __version__
-from brwsim.cli import bank, inspect, plan, run, sweep, theory
-from brwsim.cli.common import Parser
+from brwsim.cli.parser import COMMANDS, Parser, unknown_command, usage_text
 from brwsim.errors import UserError
+from brwsim.version import __version__
 
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``brwsim`` argument parser with every subcommand (each module's ``register``)."""
+def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``brwsim`` argument parser with every subcommand (each module's ``register``).
+
+    Parameters
+    ----------
+    commands : sequence of str, optional
+        Register only the modules of these commands (:data:`~brwsim.cli.parser.COMMANDS`),
+        so that one command imports only what it needs; default every command.
+    """
+    import importlib
 
     parser = Parser(prog="brwsim", description="Monte Carlo speed-of-light of speculative decoding.")
-    parser.add_argument("--version", action="version", version=f"brwsim {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"brwsim {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
-    for module in (run, theory, bank, plan, sweep, inspect):
-        module.register(sub)
+    wanted = None if commands is None else set(commands)
+    modules = []
+    for name, module, _ in COMMANDS:
+        if (wanted is None or name in wanted) and module not in modules:
+            modules.append(module)
+    for module in modules:
+        importlib.import_module(f"brwsim.cli.{module}").register(sub)
     return parser
 
 
@@ -62,12 +76,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str], guard: "_StdoutGuard") -> int:
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if args.command is None:
-            args = parser.parse_args(["run", *argv])
+        first = argv[0] if argv else None
+        if first is None or first in ("-h", "--help"):
+            print(usage_text())           # bare brwsim runs nothing and writes nothing
+            sys.stdout.flush()
+            return 0
+        if first in ("-V", "--version"):
+            print(f"brwsim {__version__}")
+            sys.stdout.flush()
+            return 0
+        if first not in {name for name, _, _ in COMMANDS}:
+            raise unknown_command(first)
+        args, extra = build_parser([first]).parse_known_args(argv)
+        if extra:
+            raise UserError(f"{first}: unrecognized arguments: {' '.join(extra)}")
         args.argv = argv
-        code = int(args.func(args) or 0)
+        from brwsim.cli.common import quiet_compiles
+
+        with quiet_compiles(bool(getattr(args, "quiet", False))):
+            code = int(args.func(args) or 0)
         sys.stdout.flush()                # a closed pipe or a full disk shows here, not at exit
         return code
     except BrokenPipeError:

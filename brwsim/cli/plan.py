@@ -13,6 +13,7 @@ from brwsim.cli.common import (
     parse_batch_sizes,
     write_output,
 )
+from brwsim.cli.output import add_format, emit, report, stdout_to_stderr
 from brwsim.cost import make_cost
 from brwsim.errors import UserError
 from brwsim.export import engine_settings, predicted_schedule
@@ -64,7 +65,9 @@ def register(sub: Any) -> None:
     pl.add_argument("--draft-level-ms", type=float, default=0.0, help="drafter ms per forest depth level (default 0)")
     pl.add_argument("--draft-node-ms", type=float, default=0.0, help="drafter ms per drafted node (default 0)")
     pl.add_argument("--out", default="", help="netCDF output (default: none)")
-    pl.add_argument("--quiet", action="store_true", help="no progress bar")
+    pl.add_argument("--quiet", action="store_true",
+                     help="no progress bar or compile notice: stderr holds errors and warnings only")
+    add_format(pl)
     exp = add_command(sub, "export-acceptance", _cmd_export, "a predicted acceptance schedule as "
                       "vLLM, SGLang and TensorRT-LLM synthetic-acceptance settings (JSON)", family=True)
     exp.add_argument("--policy", default="chain()", help="drafting policy (default chain(); "
@@ -158,6 +161,34 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         ds["best_speedup_measurement_se"] = ("batch", spread, {
             "long_name": "SE of best_speedup from the SE of the measured tau (plans at h* -/+ SE)",
             "units": "1"})
+    if args.format != "table":
+        rows = []
+        for i, b in enumerate(ds["batch"].values):
+            p = int(ds["best_budget"][i])
+            j = int(np.nonzero(ds["budget"].values == p)[0][0]) if p > 0 else None
+            rows.append({
+                "batch": int(b), "best_budget": p, "best_budget_per_request": p / b,
+                "best_tokens_per_call": float(ds["best_tokens_per_call"][i]),
+                "best_tokens_per_call_se": float(ds["best_tokens_per_call_se"][i]),
+                "best_step_time_ms": float(ds["best_step_time"][i]) * 1e3,
+                "plain_step_time_ms": float(ds["plain_step_time"][i]) * 1e3,
+                "best_speedup": float(ds["best_speedup"][i]),
+                "best_speedup_se": float(ds["best_speedup_se"][i]),
+                "best_speedup_measurement_se": None if spread is None else float(spread[i]),
+                "best_tokens_per_second": float(ds["best_tokens_per_second"][i]),
+                "sharing_gain": float(ds["sharing_gain"][i, j]) if j is not None and b > 1 else None})
+        units = {"batch": "requests", "best_budget": "draft tokens over the batch (0: do not speculate)",
+                 "best_budget_per_request": "draft tokens", "best_tokens_per_call": "tokens per request per call",
+                 "best_tokens_per_call_se": "tokens", "best_step_time_ms": "ms", "plain_step_time_ms": "ms",
+                 "best_speedup": "1 (tokens/s over plain decoding)", "best_speedup_se": "1",
+                 "best_speedup_measurement_se": "1", "best_tokens_per_second": "tokens/s",
+                 "sharing_gain": "1 (shared over equal split)"}
+        emit(args.format, report("plan", rows, units, family=repr(family), family_source=source,
+                                 cost=cost.describe(), iterations=args.iterations, seed=args.seed,
+                                 out=args.out or None))
+        with stdout_to_stderr(args.format):
+            write_output(ds, args.out)
+        return 0
     print(f"family: {family!r}   iterations: {args.iterations}   seed: {args.seed}")
     print(f"family source: {source}")
     print(f"cost: {cost.describe()}")

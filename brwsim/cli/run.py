@@ -17,6 +17,7 @@ from brwsim.cli.common import (
     value_se,
     write_output,
 )
+from brwsim.cli.output import add_format, emit, report, stdout_to_stderr
 from brwsim.errors import UserError
 from brwsim.families import parse_family
 from brwsim.policies import Optimal, parse_policy
@@ -47,7 +48,9 @@ def register(sub: Any) -> None:
                           "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
     run.add_argument("--batch", type=int, default=1,
                      help="requests B sharing each budget: forests of B roots, the equal split alongside (default 1)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress bar or compile notice: stderr holds errors and warnings only")
+    add_format(run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -74,6 +77,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     s = summarize(opt)
     mu, mu2 = float(ds["mu"]), float(ds["mu2"])
     small, small_note = small_budget_column(family, ds["budget"].values)
+    if args.format != "table":
+        doc = _run_report(ds, s, small, family, args)
+        emit(args.format, doc, doc.get("policies"))
+        with stdout_to_stderr(args.format):
+            write_output(ds, args.out)
+        return 0
     rows = []
     for i, p in enumerate(ds["budget"].values):
         e, e_se = float(s.expected_mean[i]), float(s.expected_se[i])
@@ -102,6 +111,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Units of the fields of ``run``'s JSON and CSV rows.
+RUN_UNITS = {
+    "budget": "draft tokens (tree nodes, root excluded)", "accepted_mean": "tokens",
+    "accepted_se": "tokens", "tokens_per_call": "tokens per target call",
+    "expected_mean": "tokens", "expected_se": "tokens", "upper_bound": "tokens",
+    "upper_bound_se": "tokens", "small_budget_bound": "tokens",
+    "small_budget_bound_se": "tokens", "bound_check": "below | within SE | ABOVE (bug) | n/a",
+    "prediction": "tokens", "prediction_se": "tokens", "paper_bound": "tokens",
+    "depth_mean": "tree levels", "policy": "policy string", "fraction_of_optimal": "1",
+    "fraction_se": "1", "mu": "nats", "mu2": "nats^2",
+}
+
+
+def _run_report(ds, s, small, family, args: argparse.Namespace) -> dict:
+    """``run``'s report (:func:`brwsim.cli.output.report`): one row per budget of the
+    optimal trees; with policies, ``policies``: one row per (policy, budget)."""
+    rows = []
+    for i, p in enumerate(ds["budget"].values):
+        e, e_se = float(s.expected_mean[i]), float(s.expected_se[i])
+        ub, ub_se = float(ds["upper_bound"][i]), float(ds["upper_bound_se"][i])
+        rows.append({
+            "budget": int(p), "accepted_mean": float(s.accepted_mean[i]),
+            "accepted_se": float(s.accepted_se[i]), "tokens_per_call": float(s.tokens_per_call[i]),
+            "expected_mean": e, "expected_se": e_se, "upper_bound": ub, "upper_bound_se": ub_se,
+            "small_budget_bound": float(small.value[i]), "small_budget_bound_se": float(small.se[i]),
+            "bound_check": bound_check(e, e_se, ub, ub_se),
+            "prediction": float(ds["prediction"][i]),
+            "prediction_se": float(ds["prediction_se"][i]) if "prediction_se" in ds else 0.0,
+            "paper_bound": float(ds["paper_bound"][i]), "depth_mean": float(s.depth_mean[i])})
+    doc = report("run", rows, RUN_UNITS, family=repr(family), iterations=args.iterations,
+                 seed=args.seed, mu=float(ds["mu"]), mu2=float(ds["mu2"]),
+                 mu_se=float(ds["mu_se"]), mu2_se=float(ds["mu2_se"]),
+                 reasons={v: ds[v].attrs["reason"] for v in ("upper_bound", "prediction", "paper_bound")
+                          if "reason" in ds[v].attrs},
+                 out=args.out or None)
+    if "policy" in ds.dims:
+        g = policy_gap(ds)
+        doc["policies"] = [
+            {"policy": str(name), "budget": int(p), "expected_mean": float(g.expected_mean[k, j]),
+             "fraction_of_optimal": float(g.fraction_of_optimal[k, j]),
+             "fraction_se": float(g.fraction_se[k, j])}
+            for k, name in enumerate(ds["policy"].values) for j, p in enumerate(ds["budget"].values)]
+    return doc
+
+
 def _fmt_se(ds, name: str, i: int) -> str:
     """:func:`value_se` of a per-budget variable of ``ds`` and its ``_se`` companion."""
     se = float(ds[name + "_se"][i]) if name + "_se" in ds else 0.0
@@ -113,6 +167,19 @@ def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
 
     s = summarize(ds)
     b = args.batch
+    if args.format != "table":
+        units = {"budget": RUN_UNITS["budget"] + ", over the batch", "budget_per_request": "draft tokens",
+                 "expected_mean": "tokens (batch total)", "expected_se": "tokens",
+                 "tokens_per_call": "tokens per request per call", "split_expected_mean": "tokens",
+                 "sharing_gain": "1", "sharing_gain_se": "1", "depth_mean": "tree levels"}
+        rows = [{"budget": int(p), "budget_per_request": p / b,
+                 **{k: float(s[k][i]) for k in units if k not in ("budget", "budget_per_request")}}
+                for i, p in enumerate(ds["budget"].values)]
+        emit(args.format, report("run", rows, units, family=repr(family), iterations=args.iterations,
+                                 seed=args.seed, batch=b, out=args.out or None))
+        with stdout_to_stderr(args.format):
+            write_output(ds, args.out)
+        return 0
     rows = []
     for i, p in enumerate(ds["budget"].values):
         rows.append([str(p), f"{p / b:.3g}", f"{float(s.expected_mean[i]):.4f}", f"{float(s.expected_se[i]):.4f}",

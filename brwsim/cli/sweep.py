@@ -21,7 +21,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="Run every (point, chunk) task of a TOML sweep configuration, one netCDF "
                     "shard per task in DIR/shards, and merge them into DIR/results.nc. Running "
                     "the same command again finishes only missing tasks.")
-    parser.add_argument("config", metavar="CONFIG", help="TOML sweep configuration")
+    parser.add_argument("config", metavar="CONFIG", help="TOML sweep configuration ('-': standard input)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="parallel tasks (default 1; with dask: every worker; -1: all cores)")
@@ -31,7 +31,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
     parser.add_argument("--summary-only", action="store_true",
                         help="keep per-point statistics and histograms, not per-iteration arrays")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true",
+                     help="no progress bar or compile notice: stderr holds errors and warnings only")
     return parser
 
 
@@ -39,8 +40,19 @@ def run_cli(args: argparse.Namespace) -> int:
     """Body of ``brwsim sweep``: run, then print one line per outcome."""
     argv = getattr(args, "argv", None)
     command = "brwsim " + " ".join(shlex.quote(a) for a in argv) if argv else ""
+    config = args.config
+    if config == "-":                       # the TOML text itself, read as a file would be
+        import sys
+        import tomllib
+
+        from brwsim.errors import UserError
+
+        try:
+            config = tomllib.loads(sys.stdin.read())
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"standard input: invalid TOML: {exc}") from None
     with warning_lines(MixedCodeWarning):
-        rep = sweep(args.config, args.out, jobs=args.jobs, backend=args.backend,
+        rep = sweep(config, args.out, jobs=args.jobs, backend=args.backend,
                     scheduler=args.scheduler, summary_only=args.summary_only, quiet=args.quiet,
                     command=command)
     rate = f", {rep.tree_nodes / rep.seconds:.3g} tree nodes/s" if rep.tree_nodes else ""

@@ -98,6 +98,7 @@ class _Tensors:
             raise UserError(f"{path}: not a readable safetensors file ({exc})") from None
         self.path = path
         self._error = SafetensorError
+        self.used: dict[str, int] = {}          # tensor name -> elements, each read counted once
 
     def get(self, names: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
         name = next((n for n in names if n in self.names), None)
@@ -111,6 +112,7 @@ class _Tensors:
             raise UserError(f"{self.path}: tensor {name!r} has shape {tuple(a.shape)}, the "
                             f"config implies {shape}")
         a = np.asarray(a, dtype=np.float32)
+        self.used[name] = int(a.size)
         if not np.all(np.isfinite(a)):
             raise UserError(f"{self.path}: tensor {name!r} holds non-finite values")
         return a
@@ -282,11 +284,9 @@ def load_checkpoint(folder: str) -> Checkpoint:
         dims, glob, layers = _gpt2(cfg, tensors, where)
     else:
         dims, glob, layers = _llama(cfg, tensors, where, model_type)
-    n_params = sum(int(np.asarray(a).size) for a in [glob["emb"]] + [x for lay in layers for x in lay])
-    if glob["head"] is not None:
-        n_params += int(glob["head"].size)
-    if model_type == "gpt2":
-        n_params += int(glob["wpe"].size)
+    # the parameters the file holds and the model uses, each once (as transformers counts):
+    # a tied head is the embedding, and the zero biases Llama lacks are no parameters
+    n_params = sum(tensors.used.values())
     window = cfg.get("sliding_window") if model_type == "mistral" else None
     if window is not None:
         window = _key(cfg, "sliding_window", where)

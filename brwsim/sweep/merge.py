@@ -77,9 +77,86 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
                 nc.setncatts(attrs)
                 for block in cfg.blocks:
                     _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
+                _flat_view(nc, cfg)
         except (RuntimeError, OSError) as exc:
             raise write_error(dest, exc) from None
     return dest
+
+
+#: Per-(point, budget) variables of the root's flat view, copied from the groups when present.
+FLAT_VARS = ("accepted_mean", "accepted_se", "expected_mean", "expected_se", "tokens_per_call",
+             "depth_mean", "paper_bound", "upper_bound", "upper_bound_se", "prediction")
+
+#: The root group's ``flat_view`` attribute: what its variables are.
+FLAT_VIEW = ("every point of every group, flattened: (point, budget) summaries; the groups "
+             "hold the grids and the per-tree detail")
+
+
+def _flat_view(nc: Any, cfg: SweepConfig) -> None:
+    """The root group: every point's per-budget summary over dims (point, budget), with its
+    group, family string, policy and batch, and with ``[[sweep.policy]]`` the paired
+    fraction of the optimum (:func:`brwsim.simulate.paired_fraction`), so that
+    ``xr.open_dataset(results.nc)`` shows the answer without ``group=``."""
+    from brwsim.simulate import paired_fraction
+
+    n_points = sum(b.n_points for b in cfg.blocks)
+    nb = cfg.budgets.size
+    cols: dict[str, np.ndarray] = {}
+    group = np.empty(n_points, object)
+    family = np.empty(n_points, object)
+    policy = np.full(n_points, "", object)
+    batch = np.ones(n_points, np.int64)
+    frac = np.full((n_points, nb), np.nan)
+    frac_se = np.full((n_points, nb), np.nan)
+    for block in cfg.blocks:
+        grp = nc.groups[block.label]
+        grid = list(block.grid)
+        pts = np.asarray(grp["point"][:]).reshape(-1)
+        group[pts] = block.label
+        family[pts] = np.asarray(grp["family_string"][:], dtype=object).reshape(-1)
+        for name in FLAT_VARS:
+            if name in grp.variables:
+                cols.setdefault(name, np.full((n_points, nb), np.nan))[pts] = \
+                    np.asarray(grp[name][:], dtype=np.float64).reshape(-1, nb)
+        if "batch" in grid:
+            axis_shape = [-1 if d == "batch" else 1 for d in grid]
+            batch[pts] = np.broadcast_to(np.asarray(grp["batch"][:]).reshape(axis_shape),
+                                         block.shape).reshape(-1)
+        elif "batch" in grp.variables:
+            batch[pts] = np.asarray(grp["batch"][:]).reshape(-1)
+        if "policy" in grid:
+            ax = grid.index("policy")
+            names = [str(v) for v in grp["policy"][:]]
+            policy[pts] = np.broadcast_to(np.asarray(names, object).reshape(
+                [-1 if d == "policy" else 1 for d in grid]), block.shape).reshape(-1)
+            ref = next((i for i, v in enumerate(names) if v.startswith("optimal(")), 0)
+            per_tree = (np.asarray(grp["expected_accepted"][:], np.float64)
+                        if "expected_accepted" in grp.variables else None)
+            f, se = paired_fraction(np.asarray(grp["expected_mean"][:], np.float64), ax, ref, per_tree)
+            frac[pts], frac_se[pts] = f.reshape(-1, nb), se.reshape(-1, nb)
+    nc.setncattr("flat_view", FLAT_VIEW)
+    nc.createDimension("point", n_points)
+    nc.createDimension("budget", nb)
+
+    def var(name: str, dtype: Any, dims: tuple[str, ...], values: Any, long_name: str, units: str = "") -> None:
+        v = nc.createVariable(name, dtype, dims, fill_value=False)
+        v.setncatts({"long_name": long_name, **({"units": units} if units else {})})
+        v[:] = values
+
+    var("point", np.int64, ("point",), np.arange(n_points), "sweep point index")
+    var("budget", np.int64, ("budget",), cfg.budgets, "draft budget P (tree nodes, root excluded)", "1")
+    var("group", str, ("point",), group, "the point's group (family block)")
+    var("family_string", str, ("point",), family, "the point's family")
+    var("policy", str, ("point",), policy, "the point's drafting policy ('' without [[sweep.policy]])")
+    var("batch", np.int64, ("point",), batch, "requests sharing each budget", "1")
+    for name, values in cols.items():
+        _, _, long_name, units = VARIABLES[name]
+        var(name, np.float64, ("point", "budget"), values, long_name, units)
+    if (policy != "").any():
+        var("fraction_of_optimal", np.float64, ("point", "budget"), frac,
+            "E[X|T] of the point's policy over the optimal tree's on the same trees", "1")
+        var("fraction_se", np.float64, ("point", "budget"), frac_se,
+            "paired standard error of fraction_of_optimal (NaN for a summary-only sweep)", "1")
 
 
 class _BlockWriter:

@@ -59,14 +59,40 @@ def _env() -> dict[str, str]:
 
 def test_the_readme_has_commands_and_examples():
     assert len(commands()) >= 8 and blocks("python")
-    assert all(c.split()[0] in ("brwsim", "python") for c in commands()), commands()
+    assert all(c.split()[0] in ("brwsim", "python", "pip") for c in commands()), commands()
+
+
+def _runnable(cmd: str) -> tuple[str, Path | None]:
+    """(the command, its folder): ``pip install -e .`` is checked with ``--dry-run`` from
+    the checkout (offline, no dependency resolved, nothing installed into the running
+    environment); every other command runs as written in the test folder."""
+    if cmd.split()[:2] == ["pip", "install"]:
+        args = cmd.split()[2:]
+        assert args == ["-e", "."], cmd                # the install the README documents
+        return (f"{sys.executable} -m pip install --dry-run --no-deps --no-index "
+                "--no-build-isolation -e ."), ROOT
+    return cmd, None
+
+
+def test_the_five_commands_from_install_to_a_fraction_of_optimal_plot():
+    """The README's path from ``pip install`` to a saved plot of your own bank's fraction
+    of the optimum: at most five commands, install first, a plot of a policy run last."""
+    body = next(b for b in blocks("console") if b.startswith("$ pip install"))
+    cmds = [ln[2:] for ln in body.splitlines() if ln.startswith("$ ")]
+    assert len(cmds) <= 5 and cmds[0].startswith("pip install")
+    run = next(c for c in cmds if c.startswith("brwsim run"))
+    assert "empirical(path=bank.nc)" in run and "--policy" in run
+    assert any(c.startswith("brwsim plot mine.nc --out ") for c in cmds)
 
 
 def test_every_console_command_runs(folder):
     for cmd in commands():
-        done = subprocess.run(cmd, shell=True, cwd=folder, env=_env(), capture_output=True,
+        cmd, where = _runnable(cmd)
+        done = subprocess.run(cmd, shell=True, cwd=where or folder, env=_env(), capture_output=True,
                               text=True, timeout=900)
         assert done.returncode == 0, f"$ {cmd}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    png = folder / "mine.png"              # the five commands' plot: fraction of the optimum
+    assert png.exists() and png.stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("i", range(len(blocks("python"))))
