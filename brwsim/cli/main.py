@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from brwsim import __version__
-from brwsim.cli import bank, inspect, plan, run, sweep, theory
+from brwsim.cli import bank, inspect, models, plan, run, sweep, theory
 from brwsim.cli.common import Parser
 from brwsim.errors import UserError
 
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="brwsim", description="Monte Carlo speed-of-light of speculative decoding.")
     parser.add_argument("--version", action="version", version=f"brwsim {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
-    for module in (run, theory, bank, plan, sweep, inspect):
+    for module in (run, theory, bank, plan, sweep, inspect, models):
         module.register(sub)
     return parser
 

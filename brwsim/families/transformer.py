@@ -21,7 +21,9 @@ import numpy as np
 from brwsim.keys import node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
-from brwsim.families.checkpoint import load_checkpoint
+from brwsim.families.checkpoint import is_gguf, load_checkpoint
+from brwsim.models.catalogue import CATALOGUE, local_path
+from brwsim.models.tokenizer import gguf_tokenizer
 from brwsim.families.ngram import CORPORA, load_corpus
 from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
@@ -37,12 +39,15 @@ SHIPPED = ("target", "draft")
 
 
 def shipped_checkpoint(path: str) -> str:
-    """The folder of ``path``: a shipped checkpoint's name (``"target"``, ``"draft"``) when
-    no folder of that name exists here, else ``path`` itself."""
+    """The folder or file of ``path``: a shipped checkpoint's name (``"target"``,
+    ``"draft"``) or a catalogue model's (:mod:`brwsim.models.catalogue`, which must be
+    fetched) when nothing of that name exists here, else ``path`` itself."""
     if path in SHIPPED and not os.path.isdir(path):
         res = importlib.resources.files("brwsim").joinpath("data", "transformers", path)
         with importlib.resources.as_file(res) as folder:
             return os.fspath(folder)
+    if path in CATALOGUE and not os.path.exists(path):
+        return local_path(path)
     return path
 
 #: The files of a checkpoint folder that determine its distributions.
@@ -51,10 +56,11 @@ CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 def checkpoint_sha256(folder: str) -> dict[str, str]:
     """SHA-256 (hex) of the checkpoint files present in ``folder`` (config, weights,
-    tokenizer), by absolute path; cached per (path, size, modification time)."""
+    tokenizer; or the GGUF file itself), by absolute path; cached per (path, size,
+    modification time)."""
     out = {}
-    for name in CHECKPOINT_FILES:
-        path = os.path.abspath(os.path.join(folder, name))
+    for name in CHECKPOINT_FILES if not is_gguf(folder) else (None,):
+        path = os.path.abspath(folder if name is None else os.path.join(folder, name))
         if os.path.isfile(path):
             st = os.stat(path)
             out[path] = _sha256_cached(path, st.st_size, st.st_mtime_ns)
@@ -75,6 +81,8 @@ BYTE_SPECIALS = 16
 def _tokenizer(path: str):
     from tokenizers import Tokenizer
 
+    if is_gguf(path):
+        return gguf_tokenizer(path)
     try:
         return Tokenizer.from_file(path)
     except Exception as exc:            # tokenizers raises a bare Exception on bad files
@@ -87,7 +95,9 @@ class Transformer(RootSampled, Family):
     Parameters
     ----------
     path : str or path-like
-        A Hugging Face checkpoint folder: ``config.json`` (``model_type`` ``gpt2``,
+        A ``.gguf`` file (llama or qwen2 architecture; tokenizer from its metadata), a
+        fetched catalogue model's name (``brwsim models list``), or a Hugging Face
+        checkpoint folder: ``config.json`` (``model_type`` ``gpt2``,
         ``llama``, ``qwen2`` or ``mistral``) and ``model.safetensors``; ``tokenizer.json``
         unless the vocabulary is 256 bytes plus at most 16 special tokens (then the text's
         UTF-8 bytes are the tokens). ``"target"`` and ``"draft"`` name the byte-level GPT-2
@@ -156,6 +166,8 @@ class Transformer(RootSampled, Family):
             raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
                             f"window of {ck.sliding_window} tokens (not supported)")
         tok = os.path.join(shipped_checkpoint(self.path), "tokenizer.json")
+        if is_gguf(shipped_checkpoint(self.path)):       # the file's own tokenizer metadata
+            tok = os.path.abspath(shipped_checkpoint(self.path))
         self._tokenizer = tok if os.path.isfile(tok) else None
         for name, digest in checkpoint_sha256(shipped_checkpoint(self.path)).items():
             self._record_input(name, digest)
