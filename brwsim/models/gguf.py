@@ -245,6 +245,16 @@ class GGUFModel:
             return self.file.get("tokenizer.ggml.model") == "llama"
         return bool(v)
 
+    def render_chat(self, messages: Any, add_generation_prompt: bool = True) -> str:
+        """``messages`` rendered with the file's chat template (UserError without one)."""
+        from brwsim.models.chat import render_chat
+
+        tokens = self.file.get("tokenizer.ggml.tokens") or []
+        name = lambda i: tokens[i] if i is not None and 0 <= i < len(tokens) else ""  # noqa: E731
+        return render_chat(self.chat_template, messages, add_generation_prompt,
+                           bos_token=name(self.bos_token_id), eos_token=name(self.eos_token_id),
+                           model=self.path)
+
 
 def load_gguf(path: str) -> GGUFModel:
     """Open and validate the GGUF model at ``path`` (metadata and tensor table only)."""
