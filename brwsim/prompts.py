@@ -153,7 +153,7 @@ def load_prompts(source: Any, turns: str = "first") -> list[list[dict[str, str]]
                                 "object a line") from None
             out.append(_conversation(obj, f"{name}:{i}", turns))
     else:
-        blocks = re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n"))
+        blocks = re.split(r"\n(?:[ \t]*\n)+", text.replace("\r\n", "\n"))
         out = [[{"role": "user", "content": b.strip("\n")}] for b in blocks if b.strip()]
     if not out:
         raise UserError(f"{name} holds no prompts")
