@@ -23,7 +23,9 @@ from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
 from brwsim.families.checkpoint import is_gguf, load_checkpoint
 from brwsim.models.catalogue import CATALOGUE, local_path
+from brwsim.models.gguf import load_gguf
 from brwsim.models.tokenizer import gguf_tokenizer
+from brwsim.prompts import BUILTIN as PROMPT_SETS, load_prompts, prompt_text
 from brwsim.families.ngram import CORPORA, load_corpus
 from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
@@ -89,6 +91,20 @@ def _tokenizer(path: str):
         raise UserError(f"{path}: not a readable tokenizer.json ({str(exc).splitlines()[0]})") from None
 
 
+def _prompt_set_text(model: str, source: Any) -> str | None:
+    """The text of a prompt set (``"humaneval"``, a ``.jsonl`` file): every conversation
+    rendered with the chat template of the GGUF ``model`` when it has one, else its plain
+    text, joined by blank lines; None when ``source`` is a corpus."""
+    if not isinstance(source, str) or (source not in PROMPT_SETS and not source.endswith(".jsonl")):
+        return None
+    conversations = load_prompts(source)
+    if is_gguf(model):
+        m = load_gguf(model)
+        if m.chat_template is not None:
+            return "\n\n".join(m.render_chat(c) for c in conversations)
+    return "\n\n".join(prompt_text(c) for c in conversations)
+
+
 class Transformer(RootSampled, Family):
     """A decoder-only transformer checkpoint (GPT-2, Llama, Qwen2, Mistral, SmolLM).
 
@@ -107,7 +123,10 @@ class Transformer(RootSampled, Family):
         Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
         drawn position of this text, tokenised as one stream (a shipped corpus name,
         ``"prose"`` or ``"code"``, a path to a UTF-8 file or the text, as
-        :class:`~brwsim.families.NGram`'s corpus).
+        :class:`~brwsim.families.NGram`'s corpus); or a prompt set, ``"humaneval"`` or a
+        ``.jsonl`` file (:func:`brwsim.prompts.load_prompts`), whose conversations are
+        rendered with the GGUF's chat template when it has one (else their plain text)
+        and joined by blank lines into that text.
     prompt : str, optional
         Every root is this text's last ``window`` tokens (all of it if shorter).
     temperature : float, default 1.0
@@ -185,7 +204,9 @@ class Transformer(RootSampled, Family):
             toks = toks[-self.window:]
             self._root_w = int(toks.size)
         else:
-            text = load_corpus(prompts)
+            text = _prompt_set_text(shipped_checkpoint(self.path), self.prompts)
+            if text is None:
+                text = load_corpus(prompts)
             key = (f"corpus {self.prompts}" if self.prompts in CORPORA else "prompts text"
                    if "\n" in str(self.prompts) else str(self.prompts))
             self._record_input(key, hashlib.sha256(text.encode("utf-8")).hexdigest())

@@ -185,6 +185,30 @@ def test_transformer_family_reads_gguf_tokenizer_and_records_file(tiny):
     assert t.input_files() == {str(Path(tiny["Q8_0"]).resolve()): digest}
 
 
+def test_prompt_set_rendered_with_the_chat_template(tiny, tmp_path):
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"turns": ["the cat", "ignored"]}\n{"prompt": "a hat"}\n')
+    t = Transformer(str(tiny["F32"]), prompts=str(f), window=4)
+    text = ("<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n\n\n"
+            "<|im_start|>user\na hat<|im_end|>\n<|im_start|>assistant\n")
+    assert np.array_equal(t._roots, t.encode(text))
+    tokens, _, _ = tiny_vocab()
+    assert tokens.index("<|im_start|>") in t._roots
+    nochat = write_llama_gguf(tmp_path / "nochat.gguf", tiny["tensors"], tiny["cfg"], "F32",
+                              chat_template=None)
+    raw = Transformer(str(nochat), prompts=str(f), window=4)
+    assert np.array_equal(raw._roots, raw.encode("the cat\n\na hat"))
+
+
+def test_drafter_takes_a_gguf(tiny):
+    from brwsim.policies import parse_policy
+
+    d = parse_policy(f"drafter(path='{tiny['Q4_0']}')")
+    assert d._block.tobytes() == load_checkpoint(str(tiny["Q4_0_hf"])).block.tobytes()
+    digest = hashlib.sha256(Path(tiny["Q4_0"]).read_bytes()).hexdigest()
+    assert d.input_files() == {str(Path(tiny["Q4_0"]).resolve()): digest}
+
+
 def test_tokenizer_special_tokens_and_digits(tiny):
     tok = gguf_tokenizer(str(tiny["F32"]))
     tokens, _, _ = tiny_vocab()
@@ -367,3 +391,62 @@ def test_real_files_read():
     assert m.config["tie_word_embeddings"] is True and m.chat_template.startswith("{% for")
     ck = load_checkpoint(str(SMOLLM2))
     assert ck.vocab_size == 49152 and ck.model_type == "llama"
+
+
+def _float64_transformers(monkeypatch, path: Path):
+    """transformers' Llama loaded from the GGUF in float64, with RMSNorm and the rotary
+    angles computed in float64 too (stock code rounds both through float32), and SDPA
+    attention (the eager path takes its softmax in float32)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama as ml
+
+    def rms(self, h):
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True)
+                                              + self.variance_epsilon))
+
+    def rope(self, x, position_ids):
+        dim = self.inv_freq.numel() * 2
+        base = self.config.rope_parameters["rope_theta"] if getattr(
+            self.config, "rope_parameters", None) else self.config.rope_theta
+        i = torch.arange(0, dim, 2, dtype=torch.float64)
+        ang = position_ids[..., None].to(torch.float64) * base ** (-i / dim)
+        emb = torch.cat((ang, ang), dim=-1)
+        return emb.cos(), emb.sin()
+
+    monkeypatch.setattr(ml.LlamaRMSNorm, "forward", rms)
+    monkeypatch.setattr(ml.LlamaRotaryEmbedding, "forward", rope)
+    torch.set_num_threads(1)
+    # dequantize=True: a dense model (transformers otherwise keeps GGUF blocks and
+    # multiplies in float32 kernels).
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float64, attn_implementation="sdpa",
+        quantization_config=transformers.GgufConfig(dequantize=True))
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+    return torch, model.eval()
+
+
+@pytest.mark.slow
+def test_smollm2_float64_logprobs_equal_transformers_float64(monkeypatch):
+    """brwsim's numba forward (float64) on the real SmolLM2 GGUF against transformers' own
+    model loaded from the same file and run in true float64: log-probabilities to 1e-9."""
+    if not SMOLLM2.is_file():
+        pytest.skip("SmolLM2 GGUF not here")
+    from brwsim.prompts import load_prompts
+
+    torch, model = _float64_transformers(monkeypatch, SMOLLM2)
+    fam = Transformer(str(SMOLLM2), prompt="x")
+    try:
+        texts = [c[0]["content"] for c in load_prompts("humaneval")[:3]]
+    except UserError:
+        texts = ["The quick brown fox jumps over the lazy dog. " * 40] * 3
+    for text, n in zip(texts, (24, 96, 200)):
+        toks = fam.encode(text * 4)[:n]
+        assert toks.size == n
+        ours = fam.logits(toks)
+        ours = ours - ours.max()
+        ours = ours - np.log(np.exp(ours).sum())
+        with torch.no_grad():
+            ref = model(torch.as_tensor(toks[None])).logits[0, -1].double()
+        ref = torch.log_softmax(ref, -1).numpy()
+        assert np.max(np.abs(ours - ref)) < 1e-9, (n, np.max(np.abs(ours - ref)))
