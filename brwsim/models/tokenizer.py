@@ -84,8 +84,9 @@ def _byte_level(meta: dict[str, Any], where: str):
 
 def _sentencepiece(meta: dict[str, Any], where: str, by_position: bool):
     """SentencePiece BPE: merges are every split of a piece into two pieces of the
-    vocabulary, applied best first by the merged piece's rank (then by the ranks of its
-    halves), as SentencePiece merges the highest-scoring piece first."""
+    vocabulary, applied best first by the merged piece's rank (then the split with the
+    longer left half first, then by the halves' ids), as SentencePiece merges the
+    highest-scoring piece first."""
     from tokenizers import Tokenizer, decoders, models, normalizers
 
     tokens = list(meta["tokenizer.ggml.tokens"])
@@ -111,7 +112,7 @@ def _sentencepiece(meta: dict[str, Any], where: str, by_position: bool):
         for k in range(1, len(piece)):
             a, b = piece[:k], piece[k:]
             if a in vocab and b in vocab and a not in skip and b not in skip:
-                merges.append((r, vocab[a], vocab[b], a, b))
+                merges.append((r, -len(a), vocab[a], vocab[b], a, b))
     merges.sort()
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk_token = tokens[int(unk)] if unk is not None and 0 <= int(unk) < len(tokens) else None
@@ -156,12 +157,13 @@ def build_tokenizer(meta: dict[str, Any], where: str = "GGUF"):
         if len(types) != len(tokens):
             raise UserError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries for "
                             f"{len(tokens)} tokens")
-        # As the model spells them (SentencePiece pieces of spaces use U+2581); a
-        # user-defined piece is matched in the normalised text there, in the raw text here.
-        control = [AddedToken(tok.id_to_token(i), special=True, normalized=False)
+        # Matched whole in the raw text. A SentencePiece run of spaces (respelled with
+        # U+2581 above) stays an ordinary piece that the merges reach.
+        control = [AddedToken(tokens[i], special=True, normalized=False)
                    for i, k in enumerate(types) if int(k) == _CONTROL and tokens[i]]
-        user = [AddedToken(tok.id_to_token(i), special=False, normalized=kind == "llama")
-                for i, k in enumerate(types) if int(k) == _USER_DEFINED and tokens[i]]
+        user = [AddedToken(tokens[i], special=False, normalized=False)
+                for i, k in enumerate(types) if int(k) == _USER_DEFINED and tokens[i]
+                and tok.id_to_token(i) == tokens[i]]
         tok.add_special_tokens(control)
         tok.add_tokens(user)
     bos = meta.get("tokenizer.ggml.bos_token_id")
