@@ -146,8 +146,10 @@ class GGUFFile:
         from gguf.quants import dequantize
 
         t = self.tensors[name]
-        out = dequantize(self.raw(name), gguf.GGMLQuantizationType(t.type_code))
-        return np.array(out, dtype=np.float32, copy=True).reshape(t.shape)
+        out = np.asarray(dequantize(self.raw(name), gguf.GGMLQuantizationType(t.type_code)),
+                         dtype=np.float32).reshape(t.shape)
+        # F32 comes back as a view of the read-only map: the caller gets its own copy.
+        return out if out.flags.writeable else out.copy()
 
     def get(self, key: str, default: Any = None) -> Any:
         """Metadata value of ``key`` (``default`` if absent)."""
