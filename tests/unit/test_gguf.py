@@ -238,7 +238,8 @@ def test_chat_template_renders_generation_prompt(tiny):
 
 def test_chat_template_is_sandboxed_and_errors_are_one_line():
     with pytest.raises(UserError, match="chat template"):
-        render_chat("{{ ''.__class__.__mro__[1].__subclasses__() }}", [{"role": "user", "content": "x"}])
+        render_chat("{{ ''.__class__.__mro__[1].__subclasses__() }}",
+                    [{"role": "user", "content": "x"}])
     with pytest.raises(UserError, match="chat template: no system"):
         render_chat("{{ raise_exception('no system') }}", [{"role": "user", "content": "x"}])
     with pytest.raises(UserError, match="does not compile"):
@@ -346,7 +347,8 @@ def test_gemma3_refused_by_numba_backend(tmp_path):
                         ("blk.0.attn_norm.weight", (32,)), ("blk.0.attn_q.weight", (32, 32)),
                         ("blk.0.attn_k.weight", (16, 32)), ("blk.0.attn_v.weight", (16, 32)),
                         ("blk.0.attn_output.weight", (32, 32)), ("blk.0.attn_q_norm.weight", (16,)),
-                        ("blk.0.attn_k_norm.weight", (16,)), ("blk.0.post_attention_norm.weight", (32,)),
+                        ("blk.0.attn_k_norm.weight", (16,)),
+                        ("blk.0.post_attention_norm.weight", (32,)),
                         ("blk.0.ffn_norm.weight", (32,)), ("blk.0.post_ffw_norm.weight", (32,)),
                         ("blk.0.ffn_gate.weight", (48, 32)), ("blk.0.ffn_up.weight", (48, 32)),
                         ("blk.0.ffn_down.weight", (32, 48))):
@@ -374,7 +376,8 @@ def _strings():
     from brwsim.prompts import load_prompts
 
     base = ["Hello world, 12345 and 3.14!", "def f(x):\n    return x**2  # hi\n\n",
-            "  leading spaces", "Ünïcödé 日本語 emoji 😀", "don't I'll WE'VE", "tab\tand\r\nCRLF",
+            "  leading spaces", "Ünïcödé 日本語 emoji 😀", "don't I'll WE'VE",
+            "tab\tand\r\nCRLF",
             "<|im_start|>user\nHi<|im_end|>\n", "a\u0001b \x7f", "1000000 + 2**31 = ?", ""]
     try:
         he = [c[0]["content"] for c in load_prompts("humaneval")]
@@ -483,3 +486,33 @@ def test_smollm2_float64_logprobs_equal_transformers_float64(monkeypatch):
             ref = model(torch.as_tensor(toks[None])).logits[0, -1].double()
         ref = torch.log_softmax(ref, -1).numpy()
         assert np.max(np.abs(ours - ref)) < 1e-9, (n, np.max(np.abs(ours - ref)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [SMOLLM2, GEMMA3], ids=["smollm2", "gemma3"])
+def test_real_config_and_tensors_equal_transformers_gguf_load(path):
+    """Every tensor, under its Hugging Face name, equals the one transformers' own GGUF
+    loader puts in the model (dequantised, float32), and the configuration agrees."""
+    if not path.is_file():
+        pytest.skip(f"{path} not here")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32,
+        quantization_config=transformers.GgufConfig(dequantize=True))
+    ref = model.state_dict()
+    m = load_gguf(str(path))
+    assert set(m.names) | {"lm_head.weight"} == set(ref)
+    for name in m.names:
+        assert m.tensor(name).tobytes() == ref[name].numpy().tobytes(), name
+    cfg = model.config.to_dict()
+    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "intermediate_size", "max_position_embeddings", "vocab_size",
+              "tie_word_embeddings", "rms_norm_eps", "sliding_window"):
+        if k in m.config and k in cfg:
+            assert m.config[k] == cfg[k], k
+    theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta") or \
+        cfg["rope_parameters"]["full_attention"]["rope_theta"]
+    assert m.config["rope_theta"] == theta
+    assert m.config["model_type"] == cfg["model_type"]

@@ -93,7 +93,12 @@ def test_refusals(tmp_path, monkeypatch):
     big.write_bytes(b"x" * 2000)
     monkeypatch.setattr(P, "MAX_BYTES", 1000)
     opened = []
-    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a) or (_ for _ in ()).throw(AssertionError("read")))
+
+    def no_open(*args, **kwargs):
+        opened.append(args)
+        raise AssertionError("the file was opened")
+
+    monkeypatch.setattr(P, "open", no_open, raising=False)     # shadows the builtin there
     with pytest.raises(UserError, match="has 2000 bytes, more than the 1000 read"):
         load_prompts(str(big))
     assert opened == []
