@@ -26,6 +26,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("plan", "plan", "the draft budget that maximises tokens/s on a GPU, per batch size"),
     ("export-acceptance", "plan", "a predicted acceptance schedule as engine settings (JSON)"),
     ("sweep", "sweep", "a resumable parameter sweep from a TOML file"),
+    ("models", "models", "list the real models brwsim can fetch; fetch one into the cache"),
     ("inspect", "inspect", "describe any file brwsim wrote"),
     ("plot", "inspect", "plot a run, sweep or plan file"),
 )

@@ -6,9 +6,10 @@ Supported: ``model_type`` ``gpt2`` (``GPT2LMHeadModel``: Conv1D weights stored a
 (in, out), tied lm_head) and ``llama``, ``qwen2``, ``mistral`` (``LlamaForCausalLM`` and
 its relatives: Linear weights stored as (out, in), grouped-query attention, RoPE,
 RMSNorm, SwiGLU, q/k/v biases where ``attention_bias`` is set or the model is Qwen2,
-tied or separate lm_head). SmolLM checkpoints are ``llama``. Every problem (missing or
-unknown setting, a tensor missing or of the wrong shape, a truncated file) is one
-:class:`~brwsim.errors.UserError` line.
+tied or separate lm_head). SmolLM checkpoints are ``llama``. A ``.gguf`` file is read
+as the same configuration and tensors (:func:`open_checkpoint`, :mod:`brwsim.models.gguf`).
+Every problem (missing or unknown setting, a tensor missing or of the wrong shape, a
+truncated file) is one :class:`~brwsim.errors.UserError` line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
 
-__all__ = ["Checkpoint", "load_checkpoint", "ARCHITECTURES", "packed32"]
+__all__ = ["Checkpoint", "load_checkpoint", "open_checkpoint", "is_gguf", "ARCHITECTURES",
+           "packed32"]
 
 #: model_type -> architecture code of the kernel.
 ARCHITECTURES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": LLAMA, "mistral": LLAMA}
@@ -119,6 +121,54 @@ class _Tensors:
 
     def has(self, name: str) -> bool:
         return name in self.names
+
+
+class _GGUFTensors:
+    """The tensors of a GGUF model under their Hugging Face names, checked as :class:`_Tensors`."""
+
+    def __init__(self, model) -> None:
+        self._m = model
+        self.path = model.path
+        self.names = set(model.names)
+
+    def get(self, names: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
+        name = next((n for n in names if n in self.names), None)
+        if name is None:
+            raise UserError(f"{self.path}: tensor {names[0]!r} is missing")
+        a = self._m.tensor(name)
+        if tuple(a.shape) != shape:
+            raise UserError(f"{self.path}: tensor {name!r} has shape {tuple(a.shape)}, the "
+                            f"metadata implies {shape}")
+        if not np.all(np.isfinite(a)):
+            raise UserError(f"{self.path}: tensor {name!r} holds non-finite values")
+        return a
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+
+def is_gguf(path: str) -> bool:
+    """Whether ``path`` names a GGUF file (by its ``.gguf`` suffix)."""
+    return os.fspath(path).lower().endswith(".gguf")
+
+
+def open_checkpoint(path: str) -> tuple[dict, Any]:
+    """The Hugging Face configuration and tensors of a checkpoint folder or GGUF file.
+
+    Returns
+    -------
+    (dict, tensors)
+        ``tensors.get(names, shape)`` gives a float32 array (the first of ``names``
+        present, checked for shape and finiteness), ``tensors.has(name)`` and
+        ``tensors.names`` (every name) describe the rest.
+    """
+    if is_gguf(path):
+        from brwsim.models.gguf import load_gguf
+
+        model = load_gguf(path)
+        return dict(model.config), _GGUFTensors(model)
+    cfg = _read_config(path)
+    return cfg, _Tensors(os.path.join(path, "model.safetensors"))
 
 
 def _gpt2(cfg: dict, t: _Tensors, where: str):
@@ -270,16 +320,18 @@ def _pack(dims: dict, glob: dict, layers: list) -> np.ndarray:
 
 @functools.lru_cache(maxsize=2)
 def load_checkpoint(folder: str) -> Checkpoint:
-    """Validate and pack the checkpoint in ``folder`` (cached per folder path)."""
-    cfg = _read_config(folder)
-    where = os.path.join(folder, "config.json")
+    """Validate and pack the checkpoint in ``folder`` (a Hugging Face folder or a ``.gguf``
+    file; cached per path)."""
+    where = folder if is_gguf(folder) else os.path.join(folder, "config.json")
+    cfg, tensors = open_checkpoint(folder)
     model_type = cfg.get("model_type")
     if model_type is None:
         raise UserError(f"{where}: config key 'model_type' is missing")
     if model_type not in ARCHITECTURES:
-        raise UserError(f"{where}: model_type {model_type!r} is not supported "
-                        f"({', '.join(ARCHITECTURES)}; SmolLM is llama)")
-    tensors = _Tensors(os.path.join(folder, "model.safetensors"))
+        hint = ("; use backend=torch" if model_type.startswith("gemma")
+                else "; SmolLM is llama")
+        raise UserError(f"{where}: model_type {model_type!r} is not supported by brwsim's "
+                        f"numba backend ({', '.join(ARCHITECTURES)}{hint})")
     if model_type == "gpt2":
         dims, glob, layers = _gpt2(cfg, tensors, where)
     else:

@@ -21,7 +21,11 @@ import numpy as np
 from brwsim.keys import node_key, seed_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
-from brwsim.families.checkpoint import load_checkpoint
+from brwsim.families.checkpoint import is_gguf, load_checkpoint
+from brwsim.models.catalogue import CATALOGUE, local_path
+from brwsim.models.gguf import load_gguf
+from brwsim.models.tokenizer import gguf_tokenizer
+from brwsim.prompts import BUILTIN as PROMPT_SETS, load_prompts, prompt_text
 from brwsim.families.ngram import CORPORA, load_corpus
 from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
@@ -38,12 +42,15 @@ SHIPPED = ("target", "draft")
 
 
 def shipped_checkpoint(path: str) -> str:
-    """The folder of ``path``: a shipped checkpoint's name (``"target"``, ``"draft"``) when
-    no folder of that name exists here, else ``path`` itself."""
+    """The folder or file of ``path``: a shipped checkpoint's name (``"target"``,
+    ``"draft"``) or a catalogue model's (:mod:`brwsim.models.catalogue`, which must be
+    fetched) when nothing of that name exists here, else ``path`` itself."""
     if path in SHIPPED and not os.path.isdir(path):
         res = importlib.resources.files("brwsim").joinpath("data", "transformers", path)
         with importlib.resources.as_file(res) as folder:
             return os.fspath(folder)
+    if path in CATALOGUE and not os.path.exists(path):
+        return local_path(path)
     return path
 
 #: The files of a checkpoint folder that determine its distributions.
@@ -52,10 +59,11 @@ CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 def checkpoint_sha256(folder: str) -> dict[str, str]:
     """SHA-256 (hex) of the checkpoint files present in ``folder`` (config, weights,
-    tokenizer), by absolute path; cached per (path, size, modification time)."""
+    tokenizer; or the GGUF file itself), by absolute path; cached per (path, size,
+    modification time)."""
     out = {}
-    for name in CHECKPOINT_FILES:
-        path = os.path.abspath(os.path.join(folder, name))
+    for name in CHECKPOINT_FILES if not is_gguf(folder) else (None,):
+        path = os.path.abspath(folder if name is None else os.path.join(folder, name))
         if os.path.isfile(path):
             st = os.stat(path)
             out[path] = _sha256_cached(path, st.st_size, st.st_mtime_ns)
@@ -76,10 +84,26 @@ BYTE_SPECIALS = 16
 def _tokenizer(path: str):
     from tokenizers import Tokenizer
 
+    if is_gguf(path):
+        return gguf_tokenizer(path)
     try:
         return Tokenizer.from_file(path)
     except Exception as exc:            # tokenizers raises a bare Exception on bad files
         raise UserError(f"{path}: not a readable tokenizer.json ({str(exc).splitlines()[0]})") from None
+
+
+def _prompt_set_text(model: str, source: Any) -> str | None:
+    """The text of a prompt set (``"humaneval"``, a ``.jsonl`` file): every conversation
+    rendered with the chat template of the GGUF ``model`` when it has one, else its plain
+    text, joined by blank lines; None when ``source`` is a corpus."""
+    if not isinstance(source, str) or (source not in PROMPT_SETS and not source.endswith(".jsonl")):
+        return None
+    conversations = load_prompts(source)
+    if is_gguf(model):
+        m = load_gguf(model)
+        if m.chat_template is not None:
+            return "\n\n".join(m.render_chat(c) for c in conversations)
+    return "\n\n".join(prompt_text(c) for c in conversations)
 
 
 class Transformer(RootSampled, Family):
@@ -88,7 +112,9 @@ class Transformer(RootSampled, Family):
     Parameters
     ----------
     path : str or path-like
-        A Hugging Face checkpoint folder: ``config.json`` (``model_type`` ``gpt2``,
+        A ``.gguf`` file (llama or qwen2 architecture; tokenizer from its metadata), a
+        fetched catalogue model's name (``brwsim models list``), or a Hugging Face
+        checkpoint folder: ``config.json`` (``model_type`` ``gpt2``,
         ``llama``, ``qwen2`` or ``mistral``) and ``model.safetensors``; ``tokenizer.json``
         unless the vocabulary is 256 bytes plus at most 16 special tokens (then the text's
         UTF-8 bytes are the tokens). ``"target"`` and ``"draft"`` name the byte-level GPT-2
@@ -98,7 +124,10 @@ class Transformer(RootSampled, Family):
         Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
         drawn position of this text, tokenised as one stream (a shipped corpus name,
         ``"prose"`` or ``"code"``, a path to a UTF-8 file or the text, as
-        :class:`~brwsim.families.NGram`'s corpus).
+        :class:`~brwsim.families.NGram`'s corpus); or a prompt set, ``"humaneval"`` or a
+        ``.jsonl`` file (:func:`brwsim.prompts.load_prompts`), whose conversations are
+        rendered with the GGUF's chat template when it has one (else their plain text)
+        and joined by blank lines into that text.
     prompt : str, optional
         Every root is this text's last ``window`` tokens (all of it if shorter).
     temperature : float, default 1.0
@@ -184,6 +213,8 @@ class Transformer(RootSampled, Family):
             raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
                             f"window of {ck.sliding_window} tokens (not supported)")
         tok = os.path.join(shipped_checkpoint(self.path), "tokenizer.json")
+        if is_gguf(shipped_checkpoint(self.path)):       # the file's own tokenizer metadata
+            tok = os.path.abspath(shipped_checkpoint(self.path))
         self._tokenizer = tok if os.path.isfile(tok) else None
         for name, digest in checkpoint_sha256(shipped_checkpoint(self.path)).items():
             self._record_input(name, digest)
@@ -207,7 +238,9 @@ class Transformer(RootSampled, Family):
             toks = toks[-self.window:]
             self._root_w = int(toks.size)
         else:
-            text = load_corpus(prompts)
+            text = _prompt_set_text(shipped_checkpoint(self.path), self.prompts)
+            if text is None:
+                text = load_corpus(prompts)
             key = (f"corpus {self.prompts}" if self.prompts in CORPORA else "prompts text"
                    if "\n" in str(self.prompts) else str(self.prompts))
             self._record_input(key, hashlib.sha256(text.encode("utf-8")).hexdigest())
