@@ -1,5 +1,9 @@
 """brwsim: Monte Carlo speed-of-light of speculative decoding on branching random walks."""
 
+from brwsim import interrupt as _interrupt
+
+_interrupt.install_startup_handler()      # the command answers Ctrl-C during its imports too
+
 from brwsim import bank, cost, policies
 from brwsim.bankstats import bank_stats
 from brwsim.errors import UserError

@@ -12,6 +12,7 @@ device`` and status 2 (the final flush is made here, not at interpreter exit).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import sys
@@ -22,6 +23,8 @@ from brwsim import __version__
 from brwsim.cli import bank, inspect, plan, run, sweep, theory
 from brwsim.cli.common import Parser
 from brwsim.errors import UserError
+from brwsim.interrupt import EXIT_INTERRUPTED, MESSAGE, command_handlers, is_interrupt
+from brwsim.validate import check_regular_or_absent
 
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 
@@ -54,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard = _StdoutGuard(sys.stdout)
     sys.stdout = guard
     try:
-        return _main(argv, guard)
+        with command_handlers():
+            try:
+                return _main(argv, guard)
+            except KeyboardInterrupt:          # between _main's handlers and here
+                return _interrupted()
     finally:
         if sys.stdout is guard:
             sys.stdout = guard.stream
@@ -67,6 +74,7 @@ def _main(argv: list[str], guard: "_StdoutGuard") -> int:
         if args.command is None:
             args = parser.parse_args(["run", *argv])
         args.argv = argv
+        _check_out(args)
         code = int(args.func(args) or 0)
         sys.stdout.flush()                # a closed pipe or a full disk shows here, not at exit
         return code
@@ -74,15 +82,41 @@ def _main(argv: list[str], guard: "_StdoutGuard") -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
-        print("brwsim: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except (UserError, MemoryError, RecursionError, OSError) as exc:
+        if is_interrupt(exc):
+            return _interrupted()
         if guard.failed is not None and exc is guard.failed:
             _silence_stdout()              # or the interpreter's last flush fails again: 120
             _error_line(exc, stdout=True)
         else:
             _error_line(exc)
         return 2
+    except Exception as exc:
+        if is_interrupt(exc):          # numba's SystemError of an interrupted cache load
+            return _interrupted()
+        raise
+
+
+def _interrupted() -> int:
+    """Ctrl-C: the one line and status 130 (temporary files were removed as the call unwound)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(MESSAGE, file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """Refuse an empty ``--out`` and, for a file output, a symbolic link or anything but a
+    regular file there, in every command, before any work (a sweep's --out is a folder,
+    checked by the sweep)."""
+    out = getattr(args, "out", None)
+    if out is None:
+        return
+    if out == "":
+        raise UserError("--out: empty path (give a file name"
+                        + ("; --no-out writes none)" if args.command in (None, "run") else ")"))
+    if args.command != "sweep":
+        check_regular_or_absent(out, "--out")
 
 
 class _StdoutGuard:
