@@ -106,17 +106,18 @@ def _interrupted() -> int:
 
 
 def _check_out(args: argparse.Namespace) -> None:
-    """Refuse an empty ``--out`` and, for a file output, a symbolic link or anything but a
+    """Refuse an empty ``--out`` (and ``bank-stats --plot``) and, for a file output, a symbolic link or anything but a
     regular file there, in every command, before any work (a sweep's --out is a folder,
     checked by the sweep)."""
-    out = getattr(args, "out", None)
-    if out is None:
-        return
-    if out == "":
-        raise UserError("--out: empty path (give a file name"
-                        + ("; --no-out writes none)" if args.command in (None, "run") else ")"))
-    if args.command != "sweep":
-        check_regular_or_absent(out, "--out")
+    for option in ("out", "plot") if args.command == "bank-stats" else ("out",):
+        out = getattr(args, option, None)
+        if out is None:
+            continue
+        if out == "":
+            raise UserError(f"--{option}: empty path (give a file name"
+                            + ("; --no-out writes none)" if args.command == "run" else ")"))
+        if args.command != "sweep":
+            check_regular_or_absent(out, f"--{option}")
 
 
 class _StdoutGuard:

@@ -36,6 +36,7 @@ from brwsim.interrupt import worker_guard
 from brwsim.io import code_attrs, write_netcdf_atomic
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, parse_policy, run_policy
+from brwsim.simulate import iterations_per_call
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
@@ -213,23 +214,41 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
         write_netcdf_atomic(_theory_dataset(task), task.path)
         return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
                           running_code())
-    if task.batch > 1:
-        acc, exp, dep, acc_s, exp_s, visited, extra, _ = run_forest(
-            task.spec, task.budgets, np.uint64(task.key), task.first, task.count, task.batch)
-        visited += extra
-    elif task.policy and task.policy != repr(Optimal()):
+    if task.policy and task.policy != repr(Optimal()) and task.batch == 1:
         acc, exp, dep = run_policy(parse_policy(task.policy), task.spec, task.budgets,
                                    np.uint64(task.key), task.first, task.count)
         acc_s, exp_s, visited = acc, exp, 0
     else:
-        acc, exp, dep, visited, _ = run_iterations(task.spec, task.budgets, np.uint64(task.key),
-                                                   task.first, task.count)
-        acc_s, exp_s = acc, exp
+        acc, exp, dep, acc_s, exp_s, visited = _optimal_in_calls(task)
     ds = _chunk_dataset(task, acc, exp, dep, visited, acc_s, exp_s)
     write_netcdf_atomic(ds, task.path)
     return TaskResult(task.point, task.chunk, int(acc.max()), visited,
                       task.count * int(task.budgets[-1]), time.perf_counter() - start,
                       running_code())
+
+
+def _optimal_in_calls(task: ChunkTask) -> tuple[np.ndarray, ...]:
+    """The optimal trees (forests) of a chunk, in kernel calls of about
+    :data:`brwsim.simulate.NODES_PER_CALL` nodes (Ctrl-C is answered between calls), the
+    threshold carried from call to call; accepted, expected, depth, their split
+    counterparts and the nodes visited."""
+    step = iterations_per_call(int(task.budgets[-1]), task.count)
+    parts, visited, t = [], 0, math.nan
+    key = np.uint64(task.key)
+    for first in range(task.first, task.first + task.count, step):
+        count = min(step, task.first + task.count - first)
+        if task.batch > 1:
+            acc, exp, dep, acc_s, exp_s, v, extra, t = run_forest(
+                task.spec, task.budgets, key, first, count, task.batch, t)
+            v += extra
+        else:
+            acc, exp, dep, v, t = run_iterations(task.spec, task.budgets, key, first, count, t)
+            acc_s, exp_s = acc, exp
+        parts.append((acc, exp, dep, acc_s, exp_s))
+        visited += v
+    arrays = [np.concatenate(column, axis=1) if len(parts) > 1 else column[0]
+              for column in zip(*parts)]
+    return (*arrays, visited)
 
 
 def _shard_attrs(task: ChunkTask | TheoryTask, **extra: Any) -> dict[str, Any]:

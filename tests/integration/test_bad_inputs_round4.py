@@ -329,7 +329,7 @@ def test_a_resume_after_a_bank_changed_redoes_its_shards(tmp_path):
     assert first.run == 3
     bank.unlink()
     _bank(bank, "varying_k.jsonl")                  # same path, other bytes
-    with pytest.warns(StaleInputWarning, match=r"3 shards .* bank\.nc changed"):
+    with pytest.warns(StaleInputWarning, match=r"3 shards .*bank\.nc changed"):
         again = sweep(toml, tmp_path / "sw")
     assert again.run == 3 and again.reused == 0 and again.discarded == 3
     with _no_warning():
