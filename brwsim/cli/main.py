@@ -57,11 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard = _StdoutGuard(sys.stdout)
     sys.stdout = guard
     try:
-        with command_handlers():
+        with command_handlers() as handlers:
             try:
-                return _main(argv, guard)
+                code = _main(argv, guard)
             except KeyboardInterrupt:          # between _main's handlers and here
-                return _interrupted()
+                code = _interrupted()
+            if code == EXIT_INTERRUPTED:
+                handlers.exit_now()            # the command: no slow interpreter teardown
+            return code
     finally:
         if sys.stdout is guard:
             sys.stdout = guard.stream
