@@ -151,3 +151,25 @@ def test_sigint_during_a_sweep_leaves_no_exception_lines(tmp_path, warm):
     assert child.returncode == 130, err[-2000:]
     assert err.splitlines() == ["brwsim: interrupted"], err[-3000:]
     assert not (tmp_path / "sw" / "results.nc").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [2.5, 4.0])
+def test_sigint_while_a_resumed_sweep_reads_and_merges_its_shards(tmp_path, warm, delay):
+    """Every shard present: the command reads them all and merges; interrupted there it
+    leaves no results.nc and no temporary file, and a rerun still merges them all."""
+    toml = tmp_path / "s.toml"
+    toml.write_text('[sweep]\niterations = 2\nchunk = 1\nbudgets = [1, 2]\nprediction = "none"\n'
+                    '[[sweep.family]]\nname = "zipf"\nvocab = 10\ns = ['
+                    + ", ".join(f"{1.01 + i / 100:.2f}" for i in range(150)) + "]\n")
+    argv = ["sweep", toml, "--out", tmp_path / "sw", "--quiet"]
+    res = subprocess.run([sys.executable, "-m", "brwsim.cli", *map(str, argv)], env=ENV,
+                         capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (tmp_path / "sw" / "results.nc").unlink()
+    shards = listing(tmp_path / "sw")
+    _interrupt_after(argv, tmp_path, delay)
+    assert listing(tmp_path / "sw") == shards            # no results.nc, no temporary
+    res = subprocess.run([sys.executable, "-m", "brwsim.cli", *map(str, argv)], env=ENV,
+                         capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert res.returncode == 0 and "0 run, 450 reused" in res.stdout, res.stdout + res.stderr
