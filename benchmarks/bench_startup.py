@@ -1,6 +1,6 @@
 """A new user's first ``brwsim run``: cold (empty numba cache) and warm, from a fresh HOME.
 
-Runs ``brwsim run --quiet --out ''`` (the README's first command, the default family and
+Runs ``brwsim run --quiet --no-out`` (the README's first command, the default family and
 budgets 1 .. 4096, 2000 iterations) twice in fresh processes with ``HOME`` set to a new
 empty directory: the first call compiles the kernels it needs into
 ``$HOME/.cache/brwsim-numba`` (cold), the second loads them (warm). ``NUMBA_CACHE_DIR`` is
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--args", default="", help="extra arguments to brwsim run (shell-quoted), e.g. \"--family 'charlstm(carry=3)'\"")
     args = ap.parse_args(argv)
     exe = shutil.which("brwsim") or sys.exit("brwsim is not on PATH (pip install -e .)")
-    cmd = [exe, "run", "--quiet", "--out", "", *shlex.split(args.args)]
+    cmd = [exe, "run", "--quiet", "--no-out", *shlex.split(args.args)]
     home = tempfile.mkdtemp(prefix="brwsim-home-")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["HOME"] = home

@@ -12,6 +12,10 @@ import sys
 import types
 from typing import Any
 
+from brwsim import interrupt as _interrupt
+
+_interrupt.install_startup_handler()      # the command answers Ctrl-C during its imports too
+
 from brwsim.errors import UserError
 from brwsim.version import __version__
 

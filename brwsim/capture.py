@@ -34,6 +34,7 @@ from brwsim.io import file_sha256, write_netcdf_atomic
 from brwsim.kernels.transformer import transformer_sample, transformer_start
 from brwsim.lazy import xarray as xr
 from brwsim.validate import (
+    MAX_TEXT_BYTES,
     MAX_VOCAB,
     check_input_file,
     check_int,
@@ -63,7 +64,7 @@ def read_prompts(path: str | os.PathLike[str]) -> list[tuple[int, str]]:
     brwsim.errors.UserError
         When the file is missing, not a regular file, not UTF-8 or holds no prompt.
     """
-    p = check_input_file(path, "prompts file")
+    p = check_input_file(path, "prompts file", MAX_TEXT_BYTES)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -183,7 +184,8 @@ def capture_bank(checkpoint: str | os.PathLike[str], prompts: str | os.PathLike[
     vocab = model.vocab_size
     k = (vocab if vocab <= EXACT_VOCAB else min(64, vocab)) if top_k is None else \
         check_int("top_k", top_k, 1, MAX_VOCAB)
-    k = min(k, vocab)
+    if k > vocab:
+        raise UserError(f"top_k must be at most the model's vocabulary of {vocab} tokens, got {k}")
     check_work_size(float(len(seqs)) * tokens * (k + 2) * 8, f"{len(seqs)} x {tokens} positions")
     rng = np.random.default_rng(seed)
     bar = None

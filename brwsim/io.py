@@ -7,6 +7,7 @@ crash or a bad input never leaves a half-written file under the final name.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import json
@@ -27,8 +28,8 @@ from brwsim.lazy import xarray as xr
 from brwsim.validate import check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
 
-__all__ = ["provenance_attrs", "code_attrs", "atomic_path", "write_netcdf_atomic", "write_error",
-           "open_dataset"]
+__all__ = ["provenance_attrs", "code_attrs", "atomic_path", "remove_stale_temporaries", "write_netcdf_atomic", "write_error",
+           "open_dataset", "check_netcdf_size"]
 
 CONVENTIONS = "CF-1.10"
 
@@ -103,24 +104,71 @@ def _umask() -> int:
     return mask
 
 
+def _owner_tag() -> str:
+    """``<host>-<pid>``: the host (8 hex digits of its name's SHA-256) and the process that
+    writes a temporary file, in its name, so a later run can tell a dead writer's file."""
+    import hashlib
+    import socket
+
+    host = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+    return f"{host}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):     # another user's, or not a pid
+        return True
+    return True
+
+
+def remove_stale_temporaries(dest: Path) -> None:
+    """Delete the temporary files of earlier writes of ``dest`` whose writer is dead.
+
+    Only files named by :func:`atomic_path` (``.<name>.<host>-<pid>-<random><suffix>``)
+    on this host by a process that no longer exists are removed (a SIGKILL during a write
+    leaves one): a live writer's file, another host's, and every other file are kept.
+    """
+    import re
+
+    host, _ = _owner_tag().split("-")
+    pattern = re.compile(re.escape(f".{dest.name}.") + r"([0-9a-f]{8})-(\d{1,10})-[A-Za-z0-9_]+\.tmp\Z")
+    try:
+        names = [n for n in os.listdir(dest.parent) if n.startswith(f".{dest.name}.")]
+    except OSError:
+        return
+    for name in names:
+        m = pattern.match(name)
+        if m and m.group(1) == host and int(m.group(2)) != os.getpid() and not _alive(int(m.group(2))):
+            with contextlib.suppress(OSError):
+                (dest.parent / name).unlink()
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it when the block succeeds.
 
-    The temporary name is ``.<name>.<random><suffix>`` in the destination folder (created
-    if missing); on any exception it is deleted and ``path`` is left untouched. The final
-    file gets the permissions of a normally created one (``0o666`` minus the umask), not the
-    private ``0o600`` of a temporary file, so that shared sweep folders stay readable.
+    The temporary name is ``.<name>.<host>-<pid>-<random><suffix>`` in the destination
+    folder (created if missing); on any exception it is deleted and ``path`` is left
+    untouched. Temporary files of earlier writes of ``path`` by dead processes of this
+    host are removed first (:func:`remove_stale_temporaries`). The final file gets the
+    permissions of a normally created one (``0o666`` minus the umask), not the private
+    ``0o600`` of a temporary file, so that shared sweep folders stay readable.
 
-    Only a regular file is ever replaced: a device, named pipe, socket or folder at
-    ``path`` (or a path ending in ``/``) is refused with a :class:`UserError` before
-    anything is created (:func:`brwsim.validate.check_regular_or_absent`), and a folder
-    that cannot be written is reported under ``path``, not under the temporary name.
+    Only a regular file is ever replaced: a device, named pipe, socket, folder or symbolic
+    link at ``path`` (or a path ending in ``/``, or an empty one) is refused with a
+    :class:`UserError` before anything is created
+    (:func:`brwsim.validate.check_regular_or_absent`), and a folder that cannot be written
+    is reported under ``path``, not under the temporary name.
     """
     dest = check_regular_or_absent(path)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+        remove_stale_temporaries(dest)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{_owner_tag()}-", suffix=suffix,
+                                   dir=dest.parent)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise UserError(f"{dest}: disk full: free some space or write elsewhere") from None
@@ -186,6 +234,43 @@ def write_error(path: Path, exc: BaseException, nbytes: float = 0) -> Exception:
     return exc
 
 
+def check_netcdf_size(path: str | os.PathLike[str]) -> None:
+    """Refuse a netCDF file whose variables declare more bytes than the memory available
+    (:func:`brwsim.validate.available_memory`), from its header, before any is read.
+
+    A file of a few KiB may declare a dimension of 2**34 (unwritten chunks take no room);
+    loading it would allocate all of it. Files netCDF cannot open are left to the reader,
+    which reports them.
+    """
+    import netCDF4
+
+    from brwsim.validate import available_memory
+
+    try:
+        nc = netCDF4.Dataset(path, "r")
+    except (OSError, ValueError, RuntimeError):
+        return
+    total, largest = 0.0, ("", 0)
+    try:
+        stack = [nc]
+        while stack:
+            group = stack.pop()
+            stack.extend(group.groups.values())
+            for name, dim in group.dimensions.items():
+                if len(dim) > largest[1]:
+                    largest = (name, len(dim))
+            for var in group.variables.values():
+                width = var.dtype.itemsize if isinstance(var.dtype, np.dtype) else 8
+                total += float(np.prod([float(n) for n in var.shape])) * width
+    finally:
+        nc.close()
+    avail = available_memory()
+    if total > avail:
+        raise UserError(f"{path}: declares {format_bytes(total)} of variables (dimension "
+                        f"'{largest[0]}' of length {largest[1]}), more than the "
+                        f"{format_bytes(avail)} of memory available: not read")
+
+
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     """Open a brwsim netCDF file fully into memory, with a clear error for a bad file.
 
@@ -196,8 +281,12 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     """
 
     p = check_input_file(path, "netCDF file")
+    check_netcdf_size(p)
     try:
         with xr.open_dataset(p, engine="netcdf4") as ds:
             return ds.load()
     except (OSError, ValueError) as exc:
         raise UserError(f"{p}: not a readable netCDF file ({exc})") from None
+    except RuntimeError as exc:       # HDF5: a Fletcher-32 checksum failed, a chunk is bad
+        raise UserError(f"{p}: corrupt netCDF file ({exc}: a checksum failed or the data "
+                        "are damaged)") from None

@@ -33,9 +33,21 @@ from brwsim.validate import check_int, check_work_size, echo
 
 # validate_budgets .. run_forest live in brwsim.engine and are re-exported here
 __all__ = ["simulate", "summarize", "policy_gap", "paired_fraction", "predictions", "make_dataset",
-           "validate_budgets", "validate_batch", "seed_key", "run_iterations", "run_forest"]
+           "validate_budgets", "validate_batch", "seed_key", "run_iterations", "run_forest",
+           "NODES_PER_CALL", "iterations_per_call"]
 
 _CHUNK = 256
+#: Most tree nodes (iterations x largest budget) one kernel call grows: a compiled kernel
+#: holds the interpreter until it returns, so Ctrl-C is answered between calls.
+NODES_PER_CALL = 1 << 16
+
+
+def iterations_per_call(p_max: int, most: int = _CHUNK) -> int:
+    """Iterations of one kernel call at largest budget ``p_max`` (at least 1, at most
+    ``most``): about :data:`NODES_PER_CALL` nodes, so a call returns within a fraction of a
+    second on the i.i.d. families and SIGINT is answered promptly (results do not depend on
+    it: randomness is a function of the key and the iteration)."""
+    return max(1, min(most, NODES_PER_CALL // max(int(p_max), 1)))
 #: Bytes per (policy, budget, iteration) result: accepted (int32), expected (float64), depth (int32).
 _BYTES_PER_RESULT = 16
 
@@ -122,8 +134,9 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
         from tqdm.auto import tqdm
 
         bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
-    for first in range(0, iterations, _CHUNK):
-        count = min(_CHUNK, iterations - first)
+    step = iterations_per_call(int(b[-1]))
+    for first in range(0, iterations, step):
+        count = min(step, iterations - first)
         cols = slice(first, first + count)
         for i, (pol, cap) in enumerate(zip(pols, caps)):
             if cap is not None:
@@ -188,7 +201,7 @@ def _simulate_batch(family: Family, spec: Spec, b: np.ndarray, iterations: int, 
         from tqdm.auto import tqdm
 
         bar = tqdm(total=iterations, unit="forest", desc=repr(family)[:40])
-    chunk = max(1, _CHUNK // batch)
+    chunk = iterations_per_call(int(b[-1]), max(1, _CHUNK // batch))
     for first in range(0, iterations, chunk):
         count = min(chunk, iterations - first)
         cols = slice(first, first + count)

@@ -17,6 +17,8 @@ Documented limits:
 * :func:`check_input_file`: an input (cost table, bank, JSON Lines, corpus, configuration)
   must be an existing regular file; a named pipe or a device is refused before it is
   opened (opening a pipe blocks until a writer comes);
+* :func:`check_input_file` with ``max_bytes``: an input read whole (a corpus or prompts
+  file: :data:`MAX_TEXT_BYTES`) is refused by its size before it is read;
 * :func:`check_range`: one numeric-range check (finite, inside documented bounds,
   integral where an integer is meant) for every parameter of the API and the CLI.
 """
@@ -37,7 +39,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 
-__all__ = ["MAX_ECHO", "MAX_NESTING", "echo", "check_int", "check_positive", "check_finite",
+__all__ = ["MAX_ECHO", "MAX_NESTING", "MAX_TEXT_BYTES", "echo", "check_int", "check_positive", "check_finite",
            "check_vector", "check_probabilities", "available_memory", "format_bytes",
            "check_work_size", "json_depth", "check_json_depth", "check_output_path",
            "check_output_dir", "check_input_file", "check_range", "check_regular_or_absent"]
@@ -50,6 +52,8 @@ MAX_NESTING = 32
 MAX_BUDGET = 1 << 26
 #: Most distinct budgets of one run or sweep.
 MAX_BUDGETS = 1 << 16
+#: Largest text input read whole (corpus, prompts file): a bigger one is refused by its size.
+MAX_TEXT_BYTES = 1 << 26
 #: Largest vocabulary a family accepts (2**40 tokens: ranks and counts stay exact in float64).
 MAX_VOCAB = 1 << 40
 
@@ -182,7 +186,21 @@ def check_probabilities(name: str, values: Any, *, total: float | None = 1.0) ->
 
 
 def available_memory() -> int:
-    """Bytes of memory available now (``MemAvailable``), or 2**63 when unknown."""
+    """Bytes of memory available now (``MemAvailable``, or 2**63 when unknown), at most
+    the process's address-space limit (``RLIMIT_AS``) where one is set."""
+    avail = _mem_available()
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            avail = min(avail, soft)
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        pass
+    return avail
+
+
+def _mem_available() -> int:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
@@ -288,18 +306,25 @@ def _check_path_type(path: Any, what: str) -> None:
 
 
 def check_regular_or_absent(path: str | os.PathLike[str], what: str = "output") -> Path:
-    """Refuse an output path that exists and is not a regular file (a symlink is followed).
+    """Refuse an output path that exists and is not a regular file, or is a symbolic link.
 
-    A device (``/dev/null``), a named pipe, a socket or a folder at ``path`` would be
-    replaced by the rename of an atomic write (or block the writer): refused with one
-    line. A path ending in ``/`` names a folder and is refused as a file name.
+    A device (``/dev/null``), a named pipe, a socket, a folder or a symbolic link at
+    ``path`` would be replaced by the rename of an atomic write (or block the writer):
+    refused with one line. A path ending in ``/`` names a folder and is refused as a file
+    name; an empty path is refused.
     """
     _check_path_type(path, what)
     text = os.fspath(path)
+    if text == "":
+        raise UserError(f"{what}: empty path (give a file name)")
     dest = Path(text)
     if text.endswith(("/", os.sep)):
         raise UserError(f"{what} {text}: ends in '/', so it names a folder, not a file "
                         f"(give a file name such as {text}out.nc)")
+    if os.path.islink(dest):
+        raise UserError(f"{what} {dest}: is a symbolic link (to {echo(os.readlink(dest), 80)}); "
+                        "brwsim would replace the link, not write through it: give the "
+                        "target's own path or remove the link")
     try:
         st = os.stat(dest)
     except (FileNotFoundError, NotADirectoryError):   # the parent check says what is wrong
@@ -314,11 +339,14 @@ def check_regular_or_absent(path: str | os.PathLike[str], what: str = "output") 
     return dest
 
 
-def check_input_file(path: str | os.PathLike[str], what: str = "input") -> Path:
+def check_input_file(path: str | os.PathLike[str], what: str = "input",
+                     max_bytes: float | None = None) -> Path:
     """``path`` as an existing regular file, checked (``stat``) before it is opened.
 
     A missing path, a folder, a named pipe (opening one blocks until a writer comes) and a
-    device are refused with one line naming ``what`` and the path.
+    device are refused with one line naming ``what`` and the path; so is (with
+    ``max_bytes``) a file larger than ``max_bytes``, a sparse file included, by its
+    declared size and before any byte is read.
     """
     _check_path_type(path, what)
     p = Path(path)
@@ -332,6 +360,9 @@ def check_input_file(path: str | os.PathLike[str], what: str = "input") -> Path:
         raise UserError(f"{what} {p}: cannot read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):
         raise UserError(f"{what} {p}: is {_kind(st.st_mode)}, not a regular file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise UserError(f"{what} {p}: is {format_bytes(st.st_size)}, above the "
+                        f"{format_bytes(max_bytes)} this input may have")
     return p
 
 

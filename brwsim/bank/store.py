@@ -32,7 +32,7 @@ from brwsim.lazy import xarray as xr
 from brwsim.schema import VARIABLES
 from brwsim.validate import check_int
 
-__all__ = ["BANK_VARIABLES", "bank_bounds", "bank_dataset", "bank_entropies", "load_bank",
+__all__ = ["BANK_VARIABLES", "BANK_DIGEST", "arrays_sha256", "bank_bounds", "bank_dataset", "bank_entropies", "load_bank",
            "read_bank"]
 
 #: Variable name -> (dims, long_name, units) of every bank variable (from the schema catalogue).
@@ -78,7 +78,31 @@ def bank_dataset(arrays: dict[str, np.ndarray], *, files: Sequence[str], formats
                           "stored one: lower = most concentrated tail, upper = even spread "
                           "over vocab - k tokens (inf without vocab); see brwsim.bank.bounds"),
     })
-    return xr.Dataset(data_vars, attrs=attrs)
+    ds = xr.Dataset(data_vars, attrs=attrs)
+    for var in ds.variables.values():
+        var.encoding["fletcher32"] = True       # HDF5 checks every chunk as it reads it
+    ds.attrs[BANK_DIGEST] = arrays_sha256(ds)
+    return ds
+
+
+#: Attribute holding the SHA-256 of a bank's arrays (:func:`arrays_sha256`).
+BANK_DIGEST = "arrays_sha256"
+
+
+def arrays_sha256(ds: xr.Dataset) -> str:
+    """SHA-256 of a bank's arrays: each variable of :data:`BANK_VARIABLES` present, by
+    name, dims, shape and values in a canonical dtype (little-endian int64 or float64), so
+    a value changed in the file (even through netCDF, which recomputes its own Fletcher-32
+    checksums) no longer matches the digest recorded when the bank was written."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(n for n in BANK_VARIABLES if n in ds.variables):
+        values = np.asarray(ds[name].values)
+        kind = "<i8" if values.dtype.kind in "iub" else "<f8"
+        h.update(f"|{name}|{ds[name].dims}|{values.shape}|".encode())
+        h.update(np.ascontiguousarray(values, dtype=kind).tobytes())
+    return h.hexdigest()
 
 
 def load_bank(path_or_dataset: str | os.PathLike[str] | xr.Dataset,
@@ -115,6 +139,11 @@ def read_bank(path_or_dataset: str | os.PathLike[str] | xr.Dataset,
         ds, name = path_or_dataset, "bank dataset"
     else:
         ds, name = open_dataset(path_or_dataset), str(path_or_dataset)
+        recorded = ds.attrs.get(BANK_DIGEST)     # banks written before the digest have none
+        if recorded is not None and str(recorded) != arrays_sha256(ds):
+            raise UserError(f"{name}: the bank's arrays do not match their recorded SHA-256 "
+                            f"({BANK_DIGEST}): the file was altered or corrupted; capture or "
+                            "import it again")
     for var, ndim in (("probs", 2), ("tail_mass", 1)):
         if var not in ds.variables:
             raise UserError(f"{name}: not a logprob bank: missing variable '{var}'")

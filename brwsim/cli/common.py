@@ -68,17 +68,23 @@ def value_se(v: float, se: float = 0.0) -> str:
     return f"{v:.4f}" if not se > 0 else f"{v:.4f} ± {se:.4f}"
 
 
+#: Units in the last place by which a mean may exceed a bound and still be "below" it.
+BOUND_ULPS = 8
+
+
 def bound_check(mean: float, se: float, bound: float, bound_se: float = 0.0) -> str:
     """How a Monte Carlo mean sits against a proven upper bound, for a table cell.
 
-    ``below`` (mean <= bound), ``within SE`` (above by at most 4 combined standard errors:
+    ``below`` (mean <= bound, or above it by at most :data:`BOUND_ULPS` units in the last
+    place: the two are computed along different roundings, so an exact tie may come out one
+    or two ulps either way), ``within SE`` (above by at most 4 combined standard errors:
     sampling error) or ``ABOVE (bug)`` (above by more: the bound or the simulation is
     wrong); ``n/a`` without a bound.
     """
     if math.isnan(bound) or math.isnan(mean):
         return "n/a"
-    if mean <= bound:
-        return "below"
+    if mean <= bound + BOUND_ULPS * math.ulp(max(abs(mean), abs(bound))):
+        return "below"             # equal up to rounding (a law whose tree is exact: a tie)
     sigma = math.hypot(se if se > 0 else 0.0, bound_se if bound_se > 0 else 0.0)
     return "within SE" if mean - bound <= 4 * sigma else "ABOVE (bug)"
 

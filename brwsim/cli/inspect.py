@@ -22,7 +22,7 @@ import numpy as np
 from brwsim.cli.common import add_command, bound_check
 from brwsim.cli.output import add_format, emit, report
 from brwsim.errors import UserError
-from brwsim.io import atomic_path
+from brwsim.io import atomic_path, check_netcdf_size
 from brwsim.lazy import xarray as xr
 from brwsim.simulate import paired_fraction, summarize
 from brwsim.textform import format_table
@@ -56,6 +56,7 @@ def open_results(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any],
         When the file is missing, unreadable or holds no brwsim data.
     """
     p = check_input_file(path, "input")
+    check_netcdf_size(p)
     try:
         groups = xr.open_groups(p, engine="netcdf4")
     except (OSError, ValueError) as exc:

@@ -14,6 +14,7 @@ device`` and status 2 (the final flush is made here, not at interpreter exit).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 from brwsim.cli.parser import COMMANDS, Parser, unknown_command, usage_text
 from brwsim.errors import UserError
 from brwsim.version import __version__
+from brwsim.interrupt import EXIT_INTERRUPTED, MESSAGE, command_handlers, is_interrupt
 
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 
@@ -68,7 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard = _StdoutGuard(sys.stdout)
     sys.stdout = guard
     try:
-        return _main(argv, guard)
+        with command_handlers() as handlers:
+            try:
+                code = _main(argv, guard)
+            except KeyboardInterrupt:          # between _main's handlers and here
+                code = _interrupted()
+            if code == EXIT_INTERRUPTED:
+                handlers.exit_now()            # the command: no slow interpreter teardown
+            return code
     finally:
         if sys.stdout is guard:
             sys.stdout = guard.stream
@@ -91,6 +100,7 @@ def _main(argv: list[str], guard: "_StdoutGuard") -> int:
         if extra:
             raise UserError(f"{first}: unrecognized arguments: {' '.join(extra)}")
         args.argv = argv
+        _check_out(args)
         from brwsim.cli.common import quiet_compiles
 
         with quiet_compiles(bool(getattr(args, "quiet", False))):
@@ -101,15 +111,44 @@ def _main(argv: list[str], guard: "_StdoutGuard") -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
-        print("brwsim: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except (UserError, MemoryError, RecursionError, OSError) as exc:
+        if is_interrupt(exc):
+            return _interrupted()
         if guard.failed is not None and exc is guard.failed:
             _silence_stdout()              # or the interpreter's last flush fails again: 120
             _error_line(exc, stdout=True)
         else:
             _error_line(exc)
         return 2
+    except Exception as exc:
+        if is_interrupt(exc):          # numba's SystemError of an interrupted cache load
+            return _interrupted()
+        raise
+
+
+def _interrupted() -> int:
+    """Ctrl-C: the one line and status 130 (temporary files were removed as the call unwound)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(MESSAGE, file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """Refuse an empty ``--out`` (and ``bank-stats --plot``) and, for a file output, a symbolic link or anything but a
+    regular file there, in every command, before any work (a sweep's --out is a folder,
+    checked by the sweep)."""
+    for option in ("out", "plot") if args.command == "bank-stats" else ("out",):
+        out = getattr(args, option, None)
+        if out is None:
+            continue
+        if out == "":
+            raise UserError(f"--{option}: empty path (give a file name"
+                            + ("; --no-out writes none)" if args.command == "run" else ")"))
+        if args.command != "sweep":
+            from brwsim.validate import check_regular_or_absent
+
+            check_regular_or_absent(out, f"--{option}")
 
 
 class _StdoutGuard:

@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
     pl.add_argument("--constant-ms", type=float, help="every verifier call takes this long (instead of the roofline)")
     pl.add_argument("--draft-level-ms", type=float, default=0.0, help="drafter ms per forest depth level (default 0)")
     pl.add_argument("--draft-node-ms", type=float, default=0.0, help="drafter ms per drafted node (default 0)")
-    pl.add_argument("--out", default="", help="netCDF output (default: none)")
+    pl.add_argument("--out", default=None, help="netCDF output (default: none)")
     pl.add_argument("--quiet", action="store_true",
                      help="no progress bar or compile notice: stderr holds errors and warnings only")
     add_format(pl)
@@ -77,7 +77,7 @@ def register(sub: Any) -> None:
     exp.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     exp.add_argument("--positions", type=int, help="schedule length K (default: budget for a chain, "
                      "else the deepest accepted path)")
-    exp.add_argument("--out", default="", help="also write the JSON here")
+    exp.add_argument("--out", default=None, help="also write the JSON here")
 
 
 def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
@@ -205,6 +205,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      f"{float(ds['best_tokens_per_second'][i]):.4g}", gain])
     print(format_table(rows, ["B", "P*", "P*/B", "tokens/call", "SE", "step ms", "plain ms",
                               "speedup", "SE", "tokens/s", "shared/split"]))
+    for line in edge_notes(ds["batch"].values, ds["best_budget"].values, ds["budget"].values):
+        print(line)
     if spread is not None:
         print("speedup SE from your tau's SE (plans at h* -/+ SE): "
               + ", ".join(f"B={int(b)}: {s:.3f}" for b, s in zip(ds["batch"].values, spread)))
@@ -212,6 +214,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
           "(B tokens per call); P* = 0: speculation does not pay")
     write_output(ds, args.out)
     return 0
+
+
+def edge_notes(batches: Any, best: Any, budgets: Any) -> list[str]:
+    """One note per batch size whose P* is the largest budget offered (the optimum may lie
+    beyond it) or the smallest one above 1 (it may lie below it)."""
+    lo, hi = int(min(budgets)), int(max(budgets))
+    out = []
+    for b, p in zip(batches, best):
+        b, p = int(b), int(p)
+        if p > 0 and p == hi:
+            out.append(f"note: B={b}: P* = {p} is the largest of --budgets; the optimum may "
+                       "lie beyond it (offer larger budgets)")
+        elif p > 1 and p == lo:
+            out.append(f"note: B={b}: P* = {p} is the smallest of --budgets; the optimum may "
+                       "lie below it (offer smaller budgets)")
+    return out
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -227,8 +245,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
                         "iterations": args.iterations, "seed": args.seed,
                         "acceptance_length_se": round(sched.acceptance_length_se, 6)}
     text = json.dumps(out, indent=2) + "\n"
-    if args.out:
+    if args.out:        # stdout first, inside the write: if it fails, no file is left
         with atomic_path(args.out) as tmp:
             tmp.write_text(text, encoding="utf-8")
-    print(text, end="")
+            print(text, end="")
+            sys.stdout.flush()
+    else:
+        print(text, end="")
     return 0

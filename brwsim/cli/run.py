@@ -42,7 +42,8 @@ def register(sub: Any) -> None:
                      help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), '1-8' (default 1..4096)")
     run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")
     run.add_argument("--seed", type=int, default=0, help="root seed, any non-negative integer (default 0)")
-    run.add_argument("--out", default="run.nc", help="netCDF output (default run.nc; '' to skip)")
+    run.add_argument("--out", default="run.nc", help="netCDF output (default run.nc)")
+    run.add_argument("--no-out", action="store_true", help="print the table only, write no file")
     run.add_argument("--policy", action="append", metavar="POLICY",
                      help="also evaluate a drafting policy on the same trees, e.g. "
                           "'dynamic(depth=6, topk=10)' (repeatable; optimal() is always first)")
@@ -54,6 +55,8 @@ def register(sub: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.no_out:
+        args.out = None
     family = parse_family(args.family)
     budgets = validate_budgets(parse_budgets(args.budgets))
     if args.iterations < 1:

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.validate import check_input_file, check_work_size, echo, format_bytes
 from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
 
 __all__ = ["Checkpoint", "load_checkpoint", "open_checkpoint", "is_gguf", "ARCHITECTURES",
@@ -53,20 +54,40 @@ def packed32(a: np.ndarray) -> np.ndarray:
     return flat.view(np.float64)
 
 
+#: Largest config.json read (a real one is a few KiB): a bigger file is refused unread.
+MAX_CONFIG_BYTES = 1 << 24
+#: Largest safetensors JSON header read (a real one is well under a MiB per thousand tensors).
+MAX_HEADER_BYTES = 1 << 27
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+                "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
 def _read_config(folder: str) -> dict:
     path = os.path.join(folder, "config.json")
     if not os.path.isdir(folder):
         raise UserError(f"checkpoint folder {folder!r} not found")
+    if os.path.lexists(path):      # a pipe, a device or a huge file: refused before opening
+        check_input_file(path, "checkpoint config", MAX_CONFIG_BYTES)
     try:
         with open(path, encoding="utf-8") as fh:
             cfg = json.load(fh)
     except FileNotFoundError:
         raise UserError(f"checkpoint folder {folder!r} has no config.json") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not JSON ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:   # JSON, digits, nesting
+        raise UserError(f"{path}: not JSON ({' '.join(str(exc).split())[:200]})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: not a JSON object")
     return cfg
+
+
+def _text(cfg: dict, name: str, where: str, default: str | None = None) -> str | None:
+    """A config entry that must be a string (``default`` when absent or null)."""
+    value = cfg.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise UserError(f"{where}: config key {name!r} = {echo(value)} is not a string")
+    return value
 
 
 def _key(cfg: dict, name: str, where: str, default: Any = None, kind: type = int) -> Any:
@@ -76,39 +97,98 @@ def _key(cfg: dict, name: str, where: str, default: Any = None, kind: type = int
             raise UserError(f"{where}: config key {name!r} is missing")
         return default
     value = cfg[name]
-    ok = (isinstance(value, bool) if kind is bool else
-          isinstance(value, (int, float)) and not isinstance(value, bool)
-          and (kind is float or float(value).is_integer()))
-    if not ok or (kind is not bool and not (math.isfinite(value) and value > 0)):
-        raise UserError(f"{where}: config key {name!r} = {value!r} is not a positive "
-                        f"{'boolean' if kind is bool else kind.__name__}")
+    try:           # an integer of thousands of digits overflows float(): not a size either
+        ok = (isinstance(value, bool) if kind is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool)
+              and (kind is float or float(value).is_integer())
+              and math.isfinite(value) and value > 0 and (kind is float or value < 1 << 40))
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise UserError(f"{where}: config key {name!r} = {echo(value, 60)} is not a positive "
+                        f"{'boolean' if kind is bool else kind.__name__}"
+                        f"{' below 2**40' if kind is int else ''}")
     return kind(value)
+
+
+def _safetensors_header(path: str) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Each tensor's declared shape and bytes, from the JSON header of a safetensors file,
+    checked against the file's size before any tensor is read (a sparse file declaring
+    gigabytes is refused by its header, not by reading it)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 2 <= n <= min(size - 8, MAX_HEADER_BYTES):
+            raise UserError(f"{path}: not a readable safetensors file (header of "
+                            f"{format_bytes(max(n, 0))} in a file of {format_bytes(size)})")
+        try:
+            header = json.loads(fh.read(n))
+        except (ValueError, RecursionError) as exc:
+            raise UserError(f"{path}: not a readable safetensors file (header: "
+                            f"{' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(header, dict):
+        raise UserError(f"{path}: not a readable safetensors file (header is not an object)")
+    data = size - 8 - n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            shape = tuple(int(d) for d in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+            width = _DTYPE_BYTES[info["dtype"]]
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}: not a readable safetensors file (tensor {echo(name, 60)}: "
+                            "bad header entry)") from None
+        nbytes = math.prod(shape) * width
+        if min(shape, default=1) < 0 or not 0 <= begin <= end <= data or end - begin != nbytes:
+            raise UserError(f"{path}: not a readable safetensors file (tensor {echo(name, 60)} "
+                            f"declares {format_bytes(nbytes)} at bytes {begin}..{end}, the file "
+                            f"holds {format_bytes(data)} of data)")
+        out[name] = (shape, nbytes)
+    return out
 
 
 class _Tensors:
     """Named float32 tensors of a safetensors file, checked for shape on access."""
 
     def __init__(self, path: str) -> None:
-        from safetensors import SafetensorError, safe_open
-
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):
             raise UserError(f"checkpoint has no model.safetensors ({path!r} not found)")
-        try:
-            self._f = safe_open(path, framework="np")
-            self.names = set(self._f.keys())
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise UserError(f"{path}: not a readable safetensors file ({exc})") from None
+        check_input_file(path, "checkpoint weights")
+        self.declared = _safetensors_header(path)
+        self.names = set(self.declared)
         self.path = path
-        self._error = SafetensorError
+        self._f: Any = None
         self.used: dict[str, int] = {}          # tensor name -> elements, each read counted once
 
+    def _open(self) -> Any:
+        """safetensors' reader (it maps the whole file): opened once a tensor's declared
+        shape has matched the config, never for a file that declares something else."""
+        from safetensors import SafetensorError, safe_open
+
+        if self._f is None:
+            try:
+                self._f = safe_open(self.path, framework="np")
+            except (SafetensorError, OSError, ValueError) as exc:
+                raise UserError(f"{self.path}: not a readable safetensors file ({exc})") from None
+        return self._f
+
     def get(self, names: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
+        from safetensors import SafetensorError
+
         name = next((n for n in names if n in self.names), None)
         if name is None:
             raise UserError(f"{self.path}: tensor {names[0]!r} is missing")
+        declared, nbytes = self.declared[name]
+        if declared != shape:            # before reading: a declared size is not allocated
+            raise UserError(f"{self.path}: tensor {name!r} has shape {declared}, the config "
+                            f"implies {shape} (not read: {format_bytes(nbytes)} declared)")
+        check_work_size(2.0 * math.prod(shape) * 4, f"{self.path}: tensor {name!r}")
         try:
-            a = self._f.get_tensor(name)
-        except (self._error, OSError, ValueError) as exc:
+            a = self._open().get_tensor(name)
+        except (SafetensorError, OSError, ValueError) as exc:
             raise UserError(f"{self.path}: tensor {name!r} unreadable ({exc})") from None
         if tuple(a.shape) != shape:
             raise UserError(f"{self.path}: tensor {name!r} has shape {tuple(a.shape)}, the "
@@ -130,6 +210,7 @@ class _GGUFTensors:
         self._m = model
         self.path = model.path
         self.names = set(model.names)
+        self.used: dict[str, int] = {}          # as _Tensors.used
 
     def get(self, names: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
         name = next((n for n in names if n in self.names), None)
@@ -141,6 +222,7 @@ class _GGUFTensors:
                             f"metadata implies {shape}")
         if not np.all(np.isfinite(a)):
             raise UserError(f"{self.path}: tensor {name!r} holds non-finite values")
+        self.used[name] = int(a.size)
         return a
 
     def has(self, name: str) -> bool:
@@ -179,7 +261,7 @@ def _gpt2(cfg: dict, t: _Tensors, where: str):
     npos = _key(cfg, "n_positions", where)
     ff = _key(cfg, "n_inner", where, 4 * d)
     eps = _key(cfg, "layer_norm_epsilon", where, 1e-5, float)
-    act = cfg.get("activation_function", "gelu_new")
+    act = _text(cfg, "activation_function", where, "gelu_new")
     if act not in _ACTS:
         raise UserError(f"{where}: activation_function {act!r} is not supported "
                         f"({', '.join(_ACTS)})")
@@ -229,7 +311,7 @@ def _llama(cfg: dict, t: _Tensors, where: str, model_type: str):
         raise UserError(f"{where}: rope_parameters {rope!r} is not an object")
     theta = _key(rope if "rope_theta" in rope else cfg, "rope_theta", where, 10000.0, float)
     hd = _key(cfg, "head_dim", where, d // nh if d % nh == 0 else None)
-    act = cfg.get("hidden_act", "silu")
+    act = _text(cfg, "hidden_act", where, "silu")
     if act != "silu":
         raise UserError(f"{where}: hidden_act {act!r} is not supported (silu)")
     for name in ("rope_scaling", "rope_parameters"):
@@ -324,7 +406,7 @@ def load_checkpoint(folder: str) -> Checkpoint:
     file; cached per path)."""
     where = folder if is_gguf(folder) else os.path.join(folder, "config.json")
     cfg, tensors = open_checkpoint(folder)
-    model_type = cfg.get("model_type")
+    model_type = _text(cfg, "model_type", where)
     if model_type is None:
         raise UserError(f"{where}: config key 'model_type' is missing")
     if model_type not in ARCHITECTURES:

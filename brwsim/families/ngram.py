@@ -29,7 +29,7 @@ from brwsim.kernels.ngram import (HDR, HDR_ORDER, NGRAM_BETA, NGRAM_DISCOUNT, NG
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.keys import node_key
 from brwsim.theory.laws import SpineSteps
-from brwsim.validate import check_input_file
+from brwsim.validate import MAX_TEXT_BYTES, check_input_file
 
 __all__ = ["CORPORA", "CORPUS_DIR", "NGram"]
 
@@ -46,8 +46,8 @@ _TOP = 1 << 30
 
 
 def _read(path: Path, what: str) -> str:
-    if path.exists():
-        check_input_file(path, what)      # a named pipe or a device: refused, not opened
+    if path.exists():        # a named pipe, a device or a huge file: refused, not opened
+        check_input_file(path, what, MAX_TEXT_BYTES)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

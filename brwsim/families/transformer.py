@@ -120,8 +120,8 @@ class Transformer(RootSampled, Family):
         UTF-8 bytes are the tokens). ``"target"`` and ``"draft"`` name the byte-level GPT-2
         pair shipped with brwsim (:data:`SHIPPED`; ``brwsim/data/transformers``, whose README
         states how it was trained and its held-out bits per byte).
-    prompts : str or path-like, default ``"prose"``
-        Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
+    prompts : str or path-like, optional
+        Default ``"prose"``; not with ``prompt`` (giving both is refused). Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
         drawn position of this text, tokenised as one stream (a shipped corpus name,
         ``"prose"`` or ``"code"``, a path to a UTF-8 file or the text, as
         :class:`~brwsim.families.NGram`'s corpus); or a prompt set, ``"humaneval"`` or a
@@ -188,10 +188,14 @@ class Transformer(RootSampled, Family):
     _ROOT_SPAWN = 0x5452464D
     _root_count = 200
 
-    def __init__(self, path: Any, prompts: Any = "prose", prompt: str | None = None,
+    def __init__(self, path: Any, prompts: Any = None, prompt: str | None = None,
                  temperature: float = 1.0, window: int = 32, carry: int = 32,
                  backend: str = "numba", dtype: str | None = None, device: str = "cpu",
                  contexts: str | None = None, answer: int = 32) -> None:
+        if prompt is not None and prompts is not None:
+            raise UserError("give prompt or prompts, not both (prompt: every root is that "
+                            "text; prompts: roots drawn from a text)")
+        prompts = "prose" if prompts is None else prompts
         self._set_backend(backend, dtype, device, contexts, answer)
         self.temperature = check_positive("temperature", temperature)
         self.window = check_int("window", window, 1, 4096)

@@ -8,7 +8,7 @@
 * :mod:`~brwsim.sweep.driver`: :func:`sweep`, which ties them together.
 """
 
-from brwsim.sweep.driver import MixedCodeWarning, SweepReport, sweep
+from brwsim.sweep.driver import MixedCodeWarning, StaleInputWarning, SweepReport, sweep
 from brwsim.sweep.execute import BACKENDS
 
-__all__ = ["sweep", "SweepReport", "MixedCodeWarning", "BACKENDS"]
+__all__ = ["sweep", "SweepReport", "MixedCodeWarning", "StaleInputWarning", "BACKENDS"]

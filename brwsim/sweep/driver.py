@@ -28,12 +28,12 @@ from typing import Any
 
 from brwsim.sweep.claim import claim, exclusive, remove_temporaries, undo_claim
 from brwsim.sweep.config import load_config
-from brwsim.sweep.execute import check_options, execute, plan_tasks, shard_codes
+from brwsim.sweep.execute import StaleInputWarning, check_options, execute, plan_tasks, shard_codes
 from brwsim.sweep.merge import merge
 from brwsim.sweep.shards import running_code
 from brwsim.validate import check_output_dir
 
-__all__ = ["sweep", "SweepReport", "MixedCodeWarning"]
+__all__ = ["sweep", "SweepReport", "MixedCodeWarning", "StaleInputWarning"]
 
 
 class MixedCodeWarning(UserWarning):
@@ -117,6 +117,10 @@ def sweep(config: Any, out_dir: str | os.PathLike[str], jobs: int | None = None,
 
     Warns
     -----
+    StaleInputWarning
+        When shards of an earlier run were made from input files (checkpoints, banks,
+        corpora, prompts) whose SHA-256 has changed since: they are redone, and the
+        message says how many and which file changed.
     MixedCodeWarning
         When some merged shards were written by another code than this process's (an
         earlier run of another commit, workers of another install): the message names

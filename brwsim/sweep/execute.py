@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ import numpy as np
 
 from brwsim.engine import run_forest, run_iterations
 from brwsim.errors import UserError
+from brwsim.interrupt import driver_tag
+from brwsim.policies import parse_policy
 from brwsim.sweep.claim import FolderState
 from brwsim.sweep.config import SweepConfig
 from brwsim.sweep.shards import (
@@ -28,12 +31,15 @@ from brwsim.sweep.shards import (
     TheoryTask,
     read_shard,
     run_task,
+    changed_inputs,
+    point_inputs,
     shard_code,
     shard_name,
 )
 from brwsim.validate import echo
 
-__all__ = ["Task", "ShardInfo", "shard_codes", "plan_tasks", "execute", "check_options", "load_shard",
+__all__ = ["Task", "ShardInfo", "StaleInputWarning", "shard_codes", "plan_tasks", "execute",
+           "check_options", "load_shard", "point_input_map",
            "BACKENDS"]
 
 BACKENDS = ("loky", "dask")
@@ -44,11 +50,13 @@ Task = ChunkTask | TheoryTask
 @dataclass(frozen=True)
 class ShardInfo:
     """What the merge needs of a finished shard: its largest X, the nodes its passes
-    visited, and the code that wrote it (:func:`brwsim.sweep.shards.shard_code`)."""
+    visited, the code that wrote it (:func:`brwsim.sweep.shards.shard_code`) and its
+    point's input files (:func:`brwsim.sweep.shards.point_inputs`)."""
 
     x_max: int
     visited: int
     code: str
+    inputs: str = ""
 
 
 def shard_codes(infos: dict[tuple[int, int], ShardInfo]) -> dict[str, int]:
@@ -81,13 +89,19 @@ def check_options(jobs: int | None, backend: str | None, scheduler: Any) -> None
 
 def plan_tasks(cfg: SweepConfig, out: Path, raw: bool, state: FolderState
           ) -> tuple[list[Task], dict[tuple[int, int], ShardInfo], int]:
-    """Tasks still to run, usable shards already present, and the number discarded."""
+    """Tasks still to run, usable shards already present, and the number discarded.
+
+    A shard whose point's input files (checkpoints, banks, corpora, prompts) no longer
+    have the SHA-256 it recorded is discarded and redone like a corrupt one; one
+    :class:`StaleInputWarning` names how many and which file changed.
+    """
     shards = out / "shards"
     state.created_shards = not shards.exists()
     shards.mkdir(exist_ok=True)
     todo: list[Task] = []
     infos: dict[tuple[int, int], ShardInfo] = {}
     discarded = 0
+    stale: dict[str, list[str]] = {}
     for task in _tasks(cfg, shards, raw):
         path = Path(task.path)
         if path.exists():
@@ -95,42 +109,81 @@ def plan_tasks(cfg: SweepConfig, out: Path, raw: bool, state: FolderState
             if info is not None:
                 infos[(task.point, task.chunk)] = info
                 continue
+            why = changed_inputs(path, task.inputs)
+            if why is not None:
+                stale.setdefault(why, []).append(path.name)
             path.unlink()
             discarded += 1
         todo.append(task)
+    if stale:
+        parts = [f"{why} for {len(names)} shard{'s' if len(names) > 1 else ''} "
+                 f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                 for why, names in stale.items()]
+        n = sum(len(names) for names in stale.values())
+        warnings.warn(f"{n} shards of an earlier run were made from other input files and are "
+                      f"redone: {'; '.join(parts)}", StaleInputWarning, stacklevel=3)
     return todo, infos, discarded
+
+
+class StaleInputWarning(UserWarning):
+    """Shards of an earlier run were made from input files (a checkpoint, a bank, a corpus,
+    a prompts file) whose bytes have changed since: they are redone, not merged."""
 
 
 def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
     """Every task of the sweep: theory tasks first (the slowest), then all chunks."""
     points = list(cfg.points())
+    inputs = point_input_map(cfg)
+    driver = driver_tag()
     for p in points:
         yield TheoryTask(p.index, p.family, cfg.budgets, cfg.prediction,
-                         str(shards / shard_name(p.index, THEORY_CHUNK)), cfg.hash)
+                         str(shards / shard_name(p.index, THEORY_CHUNK)), cfg.hash,
+                         inputs[p.index], driver)
     for p in points:
         spec, key = p.family.spec(), int(cfg.point_key(p.index))
         for chunk, first, count in cfg.chunks():
             yield ChunkTask(p.index, chunk, first, count, key, cfg.budgets, spec,
                             str(shards / shard_name(p.index, chunk)), cfg.hash, raw,
-                            p.block.batch(p.local), p.block.policy(p.local))
+                            p.block.batch(p.local), p.block.policy(p.local), inputs[p.index],
+                            driver)
 
 
-def load_shard(out: Path, cfg: SweepConfig, point: int, chunk: int, raw: bool) -> Any:
-    """The shard of task (point, chunk) if it is usable for this sweep, else None."""
+def point_input_map(cfg: SweepConfig) -> dict[int, str]:
+    """:func:`brwsim.sweep.shards.point_inputs` of every point: its family's input files
+    and its policy's (a draft model's checkpoint)."""
+    policies: dict[str, dict[str, str]] = {}
+    out = {}
+    for p in cfg.points():
+        files = dict(p.family.input_files())
+        text = p.block.policy(p.local)
+        if text:
+            if text not in policies:
+                policies[text] = parse_policy(text).input_files()
+            files.update(policies[text])
+        out[p.index] = point_inputs(files)
+    return out
+
+
+def load_shard(out: Path, cfg: SweepConfig, point: int, chunk: int, raw: bool,
+               inputs: str = "") -> Any:
+    """The shard of task (point, chunk) if it is usable for this sweep (made from these
+    ``inputs``: :func:`brwsim.sweep.shards.point_inputs`), else None."""
     path = out / "shards" / shard_name(point, chunk)
     if chunk == THEORY_CHUNK:
-        return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets)
+        return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets,
+                          inputs=inputs)
     first = chunk * cfg.chunk
     return read_shard(path, config_hash=cfg.hash, point=point, chunk=chunk, budgets=cfg.budgets,
-                      first=first, count=min(cfg.chunk, cfg.iterations - first), raw=raw)
+                      first=first, count=min(cfg.chunk, cfg.iterations - first), raw=raw,
+                      inputs=inputs)
 
 
 def _usable(out: Path, cfg: SweepConfig, task: Task, raw: bool) -> ShardInfo | None:
-    ds = load_shard(out, cfg, task.point, task.chunk, raw)
+    ds = load_shard(out, cfg, task.point, task.chunk, raw, task.inputs)
     if ds is None:
         return None
     return ShardInfo(int(ds.attrs.get("x_max", -1)), int(ds.attrs.get("nodes_visited", 0)),
-                     shard_code(ds.attrs))
+                     shard_code(ds.attrs), task.inputs)
 
 
 def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Path,
@@ -143,6 +196,7 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
     from tqdm.auto import tqdm
 
     _warm_numba(tasks)
+    inputs = {(t.point, t.chunk): t.inputs for t in tasks}
     nodes = 0
     with _parallel_backend(backend, scheduler, jobs) as n_jobs, \
             tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
@@ -152,7 +206,8 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
             delayed(run_task)(t) for t in tasks)
         for res in results:
             _check_written(out, res)
-            infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited, res.code)
+            infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited, res.code,
+                                                      inputs[(res.point, res.chunk)])
             nodes += res.tree_nodes
             rate = nodes / max(time.perf_counter() - start, 1e-9)
             bar.set_postfix_str(f"{rate:.3g} tree nodes/s", refresh=False)

@@ -165,6 +165,7 @@ class _BlockWriter:
     def __init__(self, grp: Any, block: Block, cfg: SweepConfig, out: Path,
                  infos: dict[tuple[int, int], ShardInfo], raw: bool) -> None:
         self.grp, self.block, self.cfg, self.out, self.raw = grp, block, cfg, out, raw
+        self.infos = infos
         points = range(block.first_point, block.first_point + block.n_points)
         self.x_max = max(infos[(p, c)].x_max for p in points for c, _, _ in cfg.chunks())
         self.visited = {p: sum(infos[(p, c)].visited for c, _, _ in cfg.chunks()) for p in points}
@@ -253,7 +254,8 @@ class _BlockWriter:
         self._chunks(point, idx, put, self.block.batch(local))
 
     def _shard(self, point: int, chunk: int) -> Any:
-        ds = load_shard(self.out, self.cfg, point, chunk, self.raw)
+        ds = load_shard(self.out, self.cfg, point, chunk, self.raw,
+                        self.infos[(point, chunk)].inputs)
         if ds is None:
             path = self.out / "shards" / shard_name(point, chunk)
             path.unlink(missing_ok=True)

@@ -32,14 +32,16 @@ import numpy as np
 
 from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
+from brwsim.interrupt import worker_guard
 from brwsim.io import code_attrs, write_netcdf_atomic
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, parse_policy, run_policy
+from brwsim.simulate import iterations_per_call
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
-           "shard_code", "running_code", "SHARD_FORMAT", "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS",
-           "THEORY_VARS"]
+           "shard_code", "running_code", "point_inputs", "changed_inputs", "SHARD_FORMAT",
+           "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
 
 SHARD_FORMAT = 3      # 3: the SHA-256 covers the arrays too
 THEORY_CHUNK = -1
@@ -132,6 +134,12 @@ class ChunkTask:
     policy : str
         A drafting policy's string form (``""``: the optimal tree), run on the point's
         roots by :func:`brwsim.policies.run_policy`.
+    inputs : str
+        :func:`point_inputs` of the point: the SHA-256 of every file its family and policy
+        read (part of the shard's identity: a shard of other inputs is not reused).
+    driver : str
+        :func:`brwsim.interrupt.driver_tag` of the sweep's driver: a worker process
+        ignores SIGINT and ends when that process is gone (:func:`brwsim.interrupt.worker_guard`).
     """
 
     point: int
@@ -146,6 +154,8 @@ class ChunkTask:
     raw: bool
     batch: int = 1
     policy: str = ""
+    inputs: str = ""
+    driver: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,8 @@ class TheoryTask:
     method: str
     path: str
     config_hash: str
+    inputs: str = ""
+    driver: str = ""
 
     @property
     def chunk(self) -> int:
@@ -196,23 +208,18 @@ class TaskResult:
 
 def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     """Run one task in a worker and write its shard; returns a small :class:`TaskResult`."""
+    worker_guard(task.driver)
     start = time.perf_counter()
     if isinstance(task, TheoryTask):
         write_netcdf_atomic(_theory_dataset(task), task.path)
         return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
                           running_code())
-    if task.batch > 1:
-        acc, exp, dep, acc_s, exp_s, visited, extra, _ = run_forest(
-            task.spec, task.budgets, np.uint64(task.key), task.first, task.count, task.batch)
-        visited += extra
-    elif task.policy and task.policy != repr(Optimal()):
+    if task.policy and task.policy != repr(Optimal()) and task.batch == 1:
         acc, exp, dep = run_policy(parse_policy(task.policy), task.spec, task.budgets,
                                    np.uint64(task.key), task.first, task.count)
         acc_s, exp_s, visited = acc, exp, 0
     else:
-        acc, exp, dep, visited, _ = run_iterations(task.spec, task.budgets, np.uint64(task.key),
-                                                   task.first, task.count)
-        acc_s, exp_s = acc, exp
+        acc, exp, dep, acc_s, exp_s, visited = _optimal_in_calls(task)
     ds = _chunk_dataset(task, acc, exp, dep, visited, acc_s, exp_s)
     write_netcdf_atomic(ds, task.path)
     return TaskResult(task.point, task.chunk, int(acc.max()), visited,
@@ -220,9 +227,67 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
                       running_code())
 
 
+def _optimal_in_calls(task: ChunkTask) -> tuple[np.ndarray, ...]:
+    """The optimal trees (forests) of a chunk, in kernel calls of about
+    :data:`brwsim.simulate.NODES_PER_CALL` nodes (Ctrl-C is answered between calls), the
+    threshold carried from call to call; accepted, expected, depth, their split
+    counterparts and the nodes visited."""
+    step = iterations_per_call(int(task.budgets[-1]), task.count)
+    parts, visited, t = [], 0, math.nan
+    key = np.uint64(task.key)
+    for first in range(task.first, task.first + task.count, step):
+        count = min(step, task.first + task.count - first)
+        if task.batch > 1:
+            acc, exp, dep, acc_s, exp_s, v, extra, t = run_forest(
+                task.spec, task.budgets, key, first, count, task.batch, t)
+            v += extra
+        else:
+            acc, exp, dep, v, t = run_iterations(task.spec, task.budgets, key, first, count, t)
+            acc_s, exp_s = acc, exp
+        parts.append((acc, exp, dep, acc_s, exp_s))
+        visited += v
+    arrays = [np.concatenate(column, axis=1) if len(parts) > 1 else column[0]
+              for column in zip(*parts)]
+    return (*arrays, visited)
+
+
 def _shard_attrs(task: ChunkTask | TheoryTask, **extra: Any) -> dict[str, Any]:
+    inputs = {_INPUTS: task.inputs} if task.inputs else {}
     return {"brwsim_shard_format": SHARD_FORMAT, "config_hash": task.config_hash,
-            "point": task.point, "chunk": task.chunk, **code_attrs(), **extra}
+            "point": task.point, "chunk": task.chunk, **inputs, **code_attrs(), **extra}
+
+
+#: Shard attribute holding :func:`point_inputs` (absent for a point that reads no file).
+_INPUTS = "input_sha256"
+
+
+def point_inputs(files: dict[str, str]) -> str:
+    """The canonical JSON of a point's input files' SHA-256 by path (``""`` for none)."""
+    return json.dumps(dict(sorted(files.items())), sort_keys=True) if files else ""
+
+
+def changed_inputs(path: str | Path, inputs: str) -> str | None:
+    """Which input of a shard differs from ``inputs`` (:func:`point_inputs` of its point
+    now), as ``"<file> changed"``, or None when they agree or the shard cannot be read."""
+    try:
+        import netCDF4
+
+        with netCDF4.Dataset(path, "r") as nc:
+            stored = nc.getncattr(_INPUTS) if _INPUTS in nc.ncattrs() else ""
+    except Exception:  # noqa: BLE001 - an unreadable shard is reported as corrupt instead
+        return None
+    if str(stored) == inputs:
+        return None
+    try:
+        old = json.loads(stored) if stored else {}
+    except ValueError:
+        old = {}
+    new = json.loads(inputs) if inputs else {}
+    names = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if not names:
+        return "its inputs changed"
+    more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+    return f"{names[0]} changed{more}"
 
 
 def shard_code(attrs: dict[str, Any]) -> str:
@@ -324,12 +389,13 @@ def _prediction(family: Family, budgets: np.ndarray, method: str
 
 def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
                budgets: np.ndarray, first: int = 0, count: int = 0,
-               raw: bool = False) -> xr.Dataset | None:
+               raw: bool = False, inputs: str = "") -> xr.Dataset | None:
     """Load a shard and check it belongs to this task, or ``None`` when it is unusable.
 
     A shard is usable when it reads completely (every Fletcher-32 checksum verifies),
-    carries the expected format, configuration hash, key and budgets, and has every
-    variable with the expected shape (the raw arrays when ``raw``).
+    carries the expected format, configuration hash, key, budgets and input files'
+    SHA-256 (``inputs``, :func:`point_inputs`), and has every variable with the expected
+    shape (the raw arrays when ``raw``).
 
     Returns
     -------
@@ -349,6 +415,8 @@ def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
     if chunk != THEORY_CHUNK:
         expect.update(first=first, count=count)
     if any(_attr(a, k) != v for k, v in expect.items()):
+        return None
+    if str(a.get(_INPUTS, "")) != inputs:          # a checkpoint, bank or corpus changed
         return None
     if "budget" not in ds.coords or not np.array_equal(ds["budget"].values, budgets):
         return None

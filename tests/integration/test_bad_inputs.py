@@ -204,7 +204,7 @@ def test_budgets_message_names_the_bad_value():
     (["run", "--family", SMALL, "--budgets", "1-60000", "--iterations", "100000"], "would need"),
 ])
 def test_work_that_cannot_fit_is_refused_up_front(capsys, tmp_path, memory_8gib, argv, needle):
-    err = one_line_error(capsys, [*argv, "--quiet", "--out", ""], tmp_path, needle)
+    err = one_line_error(capsys, [*argv, "--quiet", "--no-out"], tmp_path, needle)
     assert "GiB" in err or "TiB" in err or "PiB" in err
 
 
@@ -213,7 +213,7 @@ def test_simulate_refuses_1e12_iterations(memory_8gib):
 
 
 def test_wide_expansion_does_not_allocate_its_width(capsys, tmp_path):
-    code = main(["run", "--family", SMALL, *FAST_RUN, "--out", "",
+    code = main(["run", "--family", SMALL, *FAST_RUN, "--no-out",
                  "--policy", "expansion(widths=[1000000000, 1000000000])"])
     assert code == 0, capsys.readouterr().err
     assert "expansion(widths=[1000000000, 1000000000])" in capsys.readouterr().out

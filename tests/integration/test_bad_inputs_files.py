@@ -119,7 +119,7 @@ def _fifo_inputs(tmp_path: Path, fifo: Path) -> dict[str, list]:
         "plot": ["plot", fifo, "--out", tmp_path / "f.png"],
         "inspect": ["inspect", fifo],
         "sweep": ["sweep", fifo, "--out", tmp_path / "sw", "--quiet"],
-        "run": ["run", "--family", f"empirical(bank={fifo})", *FAST_RUN, "--out", ""],
+        "run": ["run", "--family", f"empirical(bank={fifo})", *FAST_RUN, "--no-out"],
     }
 
 
@@ -140,13 +140,13 @@ def test_character_device_input_is_refused(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["run", "--family", "uniform(k=1099511627776)", *FAST_RUN, "--out", ""], "at most 2**24"),
+    (["run", "--family", "uniform(k=1099511627776)", *FAST_RUN, "--no-out"], "at most 2**24"),
     (["export-acceptance", "--family", SMALL, "--budget", "4", "--iterations", "2",
       "--positions", "100000000000"], "positions must be an integer in [1, 4]"),
     (["import-logprobs", FIXTURES / "chat.jsonl", "--vocab", "100000000000000000000",
       "--out", "b.nc"], "vocab must be an integer in [1, 1099511627776]"),
     (["run", "--family", "entropytarget(entropies=[1e308], shape=geometric)", *FAST_RUN,
-      "--out", ""], "entropies must lie in [0, 27.7259]"),
+      "--no-out"], "entropies must lie in [0, 27.7259]"),
 ], ids=["uniform-2**40", "positions-1e11", "vocab-1e20", "entropy-1e308"])
 def test_huge_values_refused_up_front(capsys, tmp_path, argv, needle):
     start = time.perf_counter()
@@ -219,7 +219,7 @@ def test_sweep_points_checked_as_run_checks_them(capsys, tmp_path, block, needle
     one_line_error(capsys, ["sweep", cfg, "--out", tmp_path / "sw", "--quiet"], tmp_path, needle)
     if "1e308\nvocab" in block:             # run refuses the same family with the same words
         one_line_error(capsys, ["run", "--family", "zipf(s=1e308, vocab=10)", *FAST_RUN,
-                                "--out", ""], tmp_path, needle)
+                                "--no-out"], tmp_path, needle)
 
 
 @pytest.mark.parametrize("argv", [

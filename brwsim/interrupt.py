@@ -1,0 +1,145 @@
+"""Ctrl-C and the death of a driver: how every ``brwsim`` process ends when interrupted.
+
+* The command (:func:`brwsim.cli.main`) answers SIGINT with ``brwsim: interrupted`` and
+  exit status 130. Before :func:`~brwsim.cli.main` runs (the imports of start-up) and
+  after it returns (the interpreter's exit, a worker pool's shutdown) no file is being
+  written, so :func:`install_startup_handler`'s handler prints that line and ends the
+  process at once; inside it a ``KeyboardInterrupt`` unwinds the call, which removes every
+  temporary file (:func:`brwsim.io.atomic_path`), and :func:`is_interrupt` recognises one
+  that a library wrapped in another exception (numba's dispatcher turns an interrupt while
+  it loads a cached kernel into ``SystemError``).
+* A sweep's worker processes (:func:`worker_guard`) ignore SIGINT (the driver, which
+  receives it too from a terminal, ends the sweep) and end themselves when the driver
+  process no longer exists (after ``kill -9`` of the driver), polling every
+  :data:`POLL_SECONDS`.
+
+This module imports nothing heavy: it runs first, before numpy and numba are loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+__all__ = ["MESSAGE", "EXIT_INTERRUPTED", "POLL_SECONDS", "install_startup_handler",
+           "is_interrupt", "driver_tag", "worker_guard", "command_handlers"]
+
+#: The one line an interrupted command prints on stderr.
+MESSAGE = "brwsim: interrupted"
+#: Exit status of an interrupted command (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+#: How often a sweep worker checks that its driver is alive.
+POLL_SECONDS = 0.25
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    """SIGINT outside :func:`brwsim.cli.main`: the line, status 130, no clean-up to do."""
+    try:
+        os.write(2, (MESSAGE + "\n").encode())
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def _is_command() -> bool:
+    """Whether this process is the ``brwsim`` command (the console script, or
+    ``python -m brwsim.cli``), not a program importing brwsim as a library."""
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if argv0 in ("brwsim", "brwsim.exe"):
+        return True
+    orig = list(getattr(sys, "orig_argv", ()))
+    return "-m" in orig[:-1] and orig[orig.index("-m") + 1] in ("brwsim", "brwsim.cli")
+
+
+def install_startup_handler() -> None:
+    """In the ``brwsim`` command's main thread, answer SIGINT during start-up at once."""
+    if _is_command() and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _exit_now)
+
+
+class command_handlers:
+    """Context manager around :func:`brwsim.cli.main`'s work: SIGINT raises
+    ``KeyboardInterrupt`` inside (so temporary files are removed as the call unwinds);
+    on leaving, the handler of start-up is restored in the command, the caller's own in a
+    program or a test that calls ``main`` (only the main thread can set handlers)."""
+
+    def __enter__(self) -> "command_handlers":
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return self
+
+    def exit_now(self) -> None:
+        """After an interrupt, in the command: flush and end the process with status 130
+        at once (every file was closed and every temporary removed as the call unwound;
+        the interpreter's teardown, numba's and a worker pool's, would delay the answer).
+        Nothing in a program or a test that calls ``main``."""
+        if not _is_command():
+            return
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(EXIT_INTERRUPTED)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGINT, _exit_now if _is_command() else self.old)
+
+
+def is_interrupt(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a ``KeyboardInterrupt`` or was caused by one (its ``__cause__``
+    or ``__context__`` chain), as numba's ``SystemError`` of an interrupted cache load."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _host() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def driver_tag() -> str:
+    """``<host>-<pid>`` of this process, the driver of the tasks it hands to workers."""
+    return f"{_host()}-{os.getpid()}"
+
+
+_GUARDED = threading.Event()
+
+
+def worker_guard(driver: str) -> None:
+    """In a worker process of the driver ``driver`` (:func:`driver_tag`): ignore SIGINT and
+    end this process once the driver is gone. Nothing in the driver's own process, nor on
+    another host (a remote dask worker's driver is not a local process)."""
+    if not driver or _GUARDED.is_set():
+        return
+    host, _, pid_text = driver.partition("-")
+    if host != _host() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return
+    _GUARDED.set()
+    pid = int(pid_text)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        event = threading.Event()
+        while not event.wait(POLL_SECONDS):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)           # the driver is gone: nobody will read this work
+            except OSError:           # another user's process: alive
+                pass
+
+    threading.Thread(target=watch, name="brwsim-driver-watch", daemon=True).start()

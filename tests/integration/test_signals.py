@@ -1,0 +1,175 @@
+"""Ctrl-C and kill -9 (issue 40, item 2): every command answers SIGINT with exactly
+``brwsim: interrupted`` and status 130, leaving nothing partial, and a sweep's workers do
+not outlive their driver.
+
+Each case runs ``python -m brwsim.cli`` in a child and sends SIGINT at a moment: during the
+imports of start-up, while a cached kernel loads, inside a simulation. The answer is timed
+from the signal to the child's exit. (A signal before the interpreter runs brwsim's first
+line, while Python imports its own ``site`` module, is Python's to answer.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from brwsim.interrupt import is_interrupt
+from tests.integration.test_bad_inputs import ROOT, SMALL, listing
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "BRWSIM_COMPILE_NOTICE": "0"}
+
+
+def _start(argv: list, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "brwsim.cli", *map(str, argv)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def _interrupt_after(argv: list, cwd: Path, delay: float, limit: float = 1.0) -> str:
+    """Start ``brwsim argv``, SIGINT it after ``delay`` s: it must end within ``limit`` s
+    with status 130 and ``brwsim: interrupted`` as its only stderr line; returns stdout."""
+    child = _start(argv, cwd)
+    time.sleep(delay)
+    assert child.poll() is None, "the command ended before the signal: lengthen it"
+    sent = time.perf_counter()
+    child.send_signal(signal.SIGINT)
+    try:
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    answered = time.perf_counter() - sent
+    assert child.returncode == 130, (child.returncode, err[-2000:])
+    assert err.splitlines() == ["brwsim: interrupted"], err[-2000:]
+    assert answered < limit, f"answered SIGINT after {answered:.2f} s"
+    return out
+
+
+LONG_RUN = ["run", "--family", SMALL, "--budgets", "1..4096", "--iterations", "10000000",
+            "--quiet", "--out", "r.nc"]
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """The kernels of :data:`LONG_RUN` compiled and cached before any case is timed."""
+    res = subprocess.run([sys.executable, "-m", "brwsim.cli", *LONG_RUN[:6], "4", "--quiet",
+                          "--no-out"], env=ENV, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.6, 1.0])
+def test_sigint_during_start_up(tmp_path, delay):
+    _interrupt_after(LONG_RUN, tmp_path, delay)
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [1.5, 2.5, 4.0, 6.0])
+def test_sigint_while_kernels_load_and_run(tmp_path, warm, delay):
+    """From the cached kernels' load to the simulation itself: nothing written."""
+    _interrupt_after(LONG_RUN, tmp_path, delay)
+    assert listing(tmp_path) == []
+
+
+def test_an_interrupt_wrapped_by_numba_is_recognised():
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("CPUDispatcher(...) returned a result with an exception set")
+    except SystemError as exc:
+        assert is_interrupt(exc)
+    assert not is_interrupt(ValueError("x"))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_sweep_workers_end_with_a_killed_driver(tmp_path, warm):
+    toml = tmp_path / "s.toml"
+    toml.write_text('[sweep]\niterations = 4000000\nchunk = 1000000\nbudgets = [1, 4096]\n'
+                    'prediction = "none"\n[[sweep.family]]\nname = "zipf"\nvocab = 10\n'
+                    's = [1.1, 1.2]\n')
+    child = _start(["sweep", toml, "--out", tmp_path / "sw", "--jobs", "2", "--quiet"], tmp_path)
+    workers: list[int] = []
+    deadline = time.time() + 120
+    while time.time() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        workers = [p for p in _children(child.pid)
+                   if "loky" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(workers) >= 2, "no loky workers started"
+    time.sleep(3)                                       # the workers are inside their tasks
+    child.kill()
+    child.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    alive = [p for p in workers if _alive(p)]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"workers {alive} outlived their driver"
+
+
+@pytest.mark.slow
+def test_sigint_during_a_sweep_leaves_no_exception_lines(tmp_path, warm):
+    toml = tmp_path / "s.toml"
+    toml.write_text('[sweep]\niterations = 4000000\nchunk = 1000000\nbudgets = [1, 4096]\n'
+                    'prediction = "none"\n[[sweep.family]]\nname = "zipf"\nvocab = 10\n'
+                    's = [1.1, 1.2]\n')
+    child = _start(["sweep", toml, "--out", tmp_path / "sw", "--jobs", "2", "--quiet"], tmp_path)
+    time.sleep(12)
+    assert child.poll() is None
+    for pid in [child.pid, *_children(child.pid)]:      # as a terminal's Ctrl-C: everyone
+        try:
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err[-2000:]
+    assert err.splitlines() == ["brwsim: interrupted"], err[-3000:]
+    assert not (tmp_path / "sw" / "results.nc").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [2.5, 4.0])
+def test_sigint_while_a_resumed_sweep_reads_and_merges_its_shards(tmp_path, warm, delay):
+    """Every shard present: the command reads them all and merges; interrupted there it
+    leaves no results.nc and no temporary file, and a rerun still merges them all."""
+    toml = tmp_path / "s.toml"
+    toml.write_text('[sweep]\niterations = 2\nchunk = 1\nbudgets = [1, 2]\nprediction = "none"\n'
+                    '[[sweep.family]]\nname = "zipf"\nvocab = 10\ns = ['
+                    + ", ".join(f"{1.01 + i / 100:.2f}" for i in range(150)) + "]\n")
+    argv = ["sweep", toml, "--out", tmp_path / "sw", "--quiet"]
+    res = subprocess.run([sys.executable, "-m", "brwsim.cli", *map(str, argv)], env=ENV,
+                         capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (tmp_path / "sw" / "results.nc").unlink()
+    shards = listing(tmp_path / "sw")
+    _interrupt_after(argv, tmp_path, delay)
+    assert listing(tmp_path / "sw") == shards            # no results.nc, no temporary
+    res = subprocess.run([sys.executable, "-m", "brwsim.cli", *map(str, argv)], env=ENV,
+                         capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert res.returncode == 0 and "0 run, 450 reused" in res.stdout, res.stdout + res.stderr
