@@ -25,7 +25,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.gitcommit import running_commit
 from brwsim.lazy import xarray as xr
-from brwsim.validate import check_input_file, check_regular_or_absent, format_bytes
+from brwsim.validate import available_memory, check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
 
 __all__ = ["provenance_attrs", "code_attrs", "atomic_path", "remove_stale_temporaries", "write_netcdf_atomic", "write_error",
@@ -243,8 +243,6 @@ def check_netcdf_size(path: str | os.PathLike[str]) -> None:
     which reports them.
     """
     import netCDF4
-
-    from brwsim.validate import available_memory
 
     try:
         nc = netCDF4.Dataset(path, "r")

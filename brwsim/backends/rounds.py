@@ -8,7 +8,7 @@ the children of each that can still enter the top P. Rounds stop once P evaluate
 come strictly before every candidate (beyond the tie margin): every node not evaluated
 follows a candidate in the tree order, so T_P is among the evaluated nodes, and the final
 selection keeps exactly the top P of them in the tree order of the numba pass
-(:mod:`brwsim.kernels.tree`): smaller S = -log p (positions within ``TIE_REL`` relative
+(:mod:`brwsim.kernels.select`): smaller S = -log p (positions within ``TIE_REL`` relative
 tie), then smaller depth, then the lexicographically smaller rank path. The rounds'
 sizes only set the work done, never the tree.
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from brwsim.backends.base import TreeEvaluator
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
-from brwsim.kernels.tree import TIE_REL
+from brwsim.kernels.select import TIE_REL
 
 __all__ = ["RoundsTree", "optimal_tree", "score_budgets", "tempered"]
 
@@ -89,7 +89,7 @@ def _tied(a: float, b: float) -> bool:
 
 
 def _before(x: tuple, y: tuple) -> int:
-    """Tree order of (S, depth, rank path) entries (:func:`brwsim.kernels.tree._before`)."""
+    """Tree order of (S, depth, rank path) entries (:func:`brwsim.kernels.select.before`)."""
     if not _tied(x[0], y[0]):
         return -1 if x[0] < y[0] else 1
     if x[1] != y[1]:

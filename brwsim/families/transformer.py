@@ -33,6 +33,9 @@ from brwsim.kernels import dist as K
 from brwsim.kernels.transformer import TF_BETA, TF_CARRY, TF_SLOTS, TF_WINDOW
 from brwsim.kernels.rng import REGIME, purpose_key, unit
 from brwsim.kernels.transformer import head_width, transformer_logits
+from brwsim.backends.numpyforward import NumpyEvaluator
+from brwsim.backends.contexts import AnswerRoots
+from brwsim.backends.rounds import optimal_tree, score_budgets
 
 __all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "shipped_checkpoint"]
 
@@ -338,8 +341,6 @@ class Transformer(RootSampled, Family):
         if "evaluator" not in memo:
             folder = os.path.abspath(shipped_checkpoint(self.path))
             if self.backend == "numpy":
-                from brwsim.backends.numpyforward import NumpyEvaluator
-
                 memo["evaluator"] = NumpyEvaluator.from_folder(folder, self.dtype)
             else:
                 try:
@@ -360,8 +361,6 @@ class Transformer(RootSampled, Family):
         memo = self.__dict__.setdefault("_brwsim_memo", {})
         roots = memo.get(("answers", seed))
         if roots is None:
-            from brwsim.backends.contexts import AnswerRoots
-
             eos = self._config.get("eos_token_id")
             eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
             roots = memo[("answers", seed)] = AnswerRoots(
@@ -373,8 +372,6 @@ class Transformer(RootSampled, Family):
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """X_P, E[X | T_P] and the depth of T_P of iterations first .. first + count - 1,
         each of shape (len(budgets), count), built by a batched backend in rounds."""
-        from brwsim.backends.rounds import optimal_tree, score_budgets
-
         ev = self.evaluator()
         acc = np.empty((budgets.size, count), np.int32)
         exp = np.empty((budgets.size, count))

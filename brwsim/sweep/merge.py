@@ -19,6 +19,7 @@ from brwsim.schema import VARIABLES
 from brwsim.sweep.claim import RESULTS
 from brwsim.sweep.config import Block, SweepConfig
 from brwsim.sweep.execute import ShardInfo, load_shard, shard_codes
+from brwsim.simulate import paired_fraction
 from brwsim.sweep.shards import (
     PRODUCT_SUMS,
     RAW_VARS,
@@ -97,8 +98,6 @@ def _flat_view(nc: Any, cfg: SweepConfig) -> None:
     group, family string, policy and batch, and with ``[[sweep.policy]]`` the paired
     fraction of the optimum (:func:`brwsim.simulate.paired_fraction`), so that
     ``xr.open_dataset(results.nc)`` shows the answer without ``group=``."""
-    from brwsim.simulate import paired_fraction
-
     n_points = sum(b.n_points for b in cfg.blocks)
     nb = cfg.budgets.size
     cols: dict[str, np.ndarray] = {}

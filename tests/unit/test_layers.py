@@ -1,8 +1,9 @@
 """The package's layering, from the CLI down to the kernels (import-linter, pyproject.toml).
 
 No module imports a module of a higher layer, so there is no import cycle; and brwsim
-imports brwsim at module level only (heavy optional dependencies aside), so the layering
-that import-linter checks is the whole truth.
+imports brwsim at module level only (the lazily loaded command line and the torch backend
+aside, :data:`LATE_IMPORTS_ALLOWED`), so the layering that import-linter checks is the
+whole truth.
 """
 
 from __future__ import annotations
@@ -28,14 +29,24 @@ def test_layers_contract_is_kept():
     assert "4 kept, 0 broken" in res.stdout
 
 
+#: Where brwsim imports brwsim inside functions, on purpose: the command line loads a
+#: command's modules only when that command runs (``brwsim --help`` imports no numpy), and
+#: the torch backend only when asked for (it imports torch).
+LATE_IMPORTS_ALLOWED = ("brwsim/cli/", "brwsim/families/transformer.py:brwsim.backends.torchforward")
+
+
 def test_brwsim_imports_brwsim_at_module_level_only():
     late = []
     for path in (ROOT / "brwsim").rglob("*.py"):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(LATE_IMPORTS_ALLOWED[0]):
+            continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for inner in ast.walk(node):
-                    if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("brwsim"):
+                    if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("brwsim") \
+                            and f"{rel}:{inner.module}" not in LATE_IMPORTS_ALLOWED:
                         late.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
     assert not late, late
 
