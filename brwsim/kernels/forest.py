@@ -204,3 +204,5 @@ def forest_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_
                                           acc_split, exp_split, col)
             if v1 < 0:
                 return v1, 0, t
+            visited1 += v1
+    return visited, visited1, t

@@ -24,6 +24,7 @@ from brwsim import Dirichlet
 from brwsim.families.betaquantile import tree_block
 from brwsim.families.dirichlet import aggregation_component, picked_size
 from brwsim.kernels import dirichlet as KD
+from brwsim.kernels.dirichlet import DIR_PICKED, DIR_VOCAB
 from brwsim.kernels.rng import mix
 from brwsim.kernels.special import exp_neg
 
@@ -94,5 +95,5 @@ def test_groups_up_to_the_concentration_limit_are_picked():
     block = tree_block(0.05, 200, 50)
     assert [m for m in range(201) if block[m] >= 0] == [100, 200]
     spec = Dirichlet(0.05, 200).spec()
-    assert spec.ipar[0, 3] == 50
-    assert aggregation_component(0.05, 200).ipar == [200, 50]
+    assert spec.ipar[0, DIR_PICKED] == 50
+    assert aggregation_component(0.05, 200).ipar == {DIR_VOCAB: 200, DIR_PICKED: 50}

@@ -64,7 +64,7 @@ def _kernel_ranks(spec, key, min_logq):
 @pytest.mark.parametrize("alpha, vocab", [(0.05, 200), (0.05, 100), (0.3, 37), (0.01, 1024)])
 def test_each_group_splits_by_its_own_stream(alpha, vocab):
     spec = compile_spec([aggregation_component(alpha, vocab)])
-    base, picked = int(spec.ipar[0, 0]), int(spec.ipar[0, 3])
+    base, picked = int(spec.ipar[0, K.DATA_OFF]), int(spec.ipar[0, KD.DIR_PICKED])
     assert picked == picked_size(alpha, vocab) and 2 <= picked < vocab    # both draws are used
     for i in range(30):
         key = np.uint64(mix(np.uint64(1000 + i)))

@@ -9,6 +9,7 @@ from scipy import special, stats
 from brwsim import Zipf, simulate
 from brwsim.families.tables import N_INTERVALS, X_MAX, X_MIN, orderstat_table, zipf_norm_table
 from brwsim.kernels import dist as K
+from brwsim.kernels.closed import ZIPF_FLOOR, ZIPF_INV_H, ZIPF_N_INT, ZIPF_S_HI, ZIPF_S_LO
 from brwsim.kernels.rng import gamma, mix, unit
 from brwsim.kernels.special import spline_eval, zipf_sum
 
@@ -68,8 +69,8 @@ def test_zipf_level_reads_the_spline_bits_and_floors_bound_it(s, spread):
     """A Zipf level's log-normaliser, read with the table of interval starts, is
     spline_eval's value bit for bit; each interval's floor is below the spline on it."""
     spec = Zipf(s, 128000, spread=spread).spec()
-    lo, hi, inv_h = spec.fpar[0, :3]
-    off, n_int = int(spec.ipar[0, 0]), int(spec.ipar[0, 3])
+    lo, hi, inv_h = spec.fpar[0, ZIPF_S_LO], spec.fpar[0, ZIPF_S_HI], spec.fpar[0, ZIPF_INV_H]
+    off, n_int = int(spec.ipar[0, K.DATA_OFF]), int(spec.ipar[0, ZIPF_N_INT])
     coef = spec.data[off:off + 4 * n_int]
     lf = np.zeros((2, K.LEVEL_F))
     li = np.zeros((2, K.LEVEL_I), np.int64)
@@ -79,7 +80,7 @@ def test_zipf_level_reads_the_spline_bits_and_floors_bound_it(s, spread):
                     np.uint64(mix(np.uint64(i))), 0, lf, li, head, -np.inf, K.ROOT_DRAW, 0)
         assert lf[0, 1] == spline_eval(coef, 0, n_int, lo, inv_h, lf[0, 0])
     floors = spec.data[off + 5 * n_int:off + 6 * n_int]
-    assert spec.fpar[0, 3] == floors.min()
+    assert spec.fpar[0, ZIPF_FLOOR] == floors.min()
     if hi > lo:         # every interval, its ends and 9 points inside
         x = (lo + (np.arange(n_int)[:, None] + np.linspace(0.0, 1.0, 11)) / inv_h).clip(lo, hi)
         vals = np.array([[spline_eval(coef, 0, n_int, lo, inv_h, v) for v in row] for row in x])

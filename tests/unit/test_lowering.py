@@ -17,6 +17,7 @@ from brwsim import Dirichlet, Uniform, Zipf, parse_family
 from brwsim.kernels import collect as C
 from brwsim.kernels import select as S
 from brwsim.kernels import tree as T
+from brwsim.kernels.aim import start_threshold
 from brwsim.kernels.dist import closed_form
 
 FAMILIES = [Dirichlet(0.05, 200), Dirichlet(0.05, 32000), Uniform(3), Zipf(1.5, 128000, spread=0.4),
@@ -58,7 +59,7 @@ def test_a_lowered_pass_scores_the_same_trees_as_the_full_pass(family, p):
     lowered = 0
     for i in range(12):
         key = np.uint64(0x9E3779B97F4A7C15 * (i + 1) % 2**63)
-        t = T.start_threshold(2 * p) + 0.5 * (i % 3)      # well above the P-th position
+        t = start_threshold(2 * p) + 0.5 * (i % 3)      # well above the P-th position
         n_full, low_full = _pass(spec, ws, key, t, 0)
         assert low_full == np.inf                          # p_stop 0: never lowered
         if n_full < p:
@@ -83,7 +84,7 @@ def test_a_tree_grown_with_lowering_matches_its_cut_off_never_lowered():
     spec = fam.spec()
     budgets = np.array([5, 64, 256], np.int64)
     outs = []
-    for t0 in (T.start_threshold(256), T.start_threshold(256) + 3.0):
+    for t0 in (start_threshold(256), start_threshold(256) + 3.0):
         ws = T.new_workspace(256, spec.head_cap)
         acc = np.empty((3, 1), np.int32)
         exp = np.empty((3, 1))

@@ -103,12 +103,13 @@ def test_bound_weights_bound_weight_ratios(law, param):
 def _exit_rank(spec, dk, min_logq):
     """The rank at which the exact test of ``orderstat.orderstat_init`` exits (None: it does not
     within the head), recomputed in Python."""
-    n, n_int, x0, inv_h = int(spec.ipar[0, 2]), int(spec.ipar[0, 3]), spec.fpar[0, 0], spec.fpar[0, 1]
+    n, n_int = int(spec.ipar[0, OS.OS_VOCAB]), int(spec.ipar[0, OS.OS_N_INT])
+    x0, inv_h = spec.fpar[0, OS.OS_X0], spec.fpar[0, OS.OS_INV_H]
     r_max = math.exp(-min_logq) * OS._EXIT_MARGIN
     a = acc = lw0 = 0.0
-    for j in range(int(spec.ipar[0, 4])):
+    for j in range(int(spec.ipar[0, OS.OS_N_HEAD])):
         a -= math.log(unit(dk, j + 1)) / (n - j)
-        lw = spline_eval(spec.data, int(spec.ipar[0, 0]), n_int, x0, inv_h, math.log(a))
+        lw = spline_eval(spec.data, int(spec.ipar[0, K.DATA_OFF]), n_int, x0, inv_h, math.log(a))
         if j == 0:
             lw0, acc = lw, 1.0
         else:
@@ -146,9 +147,9 @@ def test_proof_of_empty_agrees_with_the_exact_test(text):
 def _tail_reference(spec, key, lf0, n_ranks):
     """The lazy tail rank by rank, as ``orderstat.orderstat_tail`` computed it one rank per call
     (with libm's pow for the gain): [(log q, A, M, q, mu)] for ranks 64, 65, ..."""
-    c, n, n_head = 0, int(spec.ipar[0, 2]), int(spec.ipar[0, 4])
-    n_int, base = int(spec.ipar[0, 3]), int(spec.ipar[0, 0])
-    x0, inv_h = spec.fpar[0, 0], spec.fpar[0, 1]
+    c, n, n_head = 0, int(spec.ipar[0, OS.OS_VOCAB]), int(spec.ipar[0, OS.OS_N_HEAD])
+    n_int, base = int(spec.ipar[0, OS.OS_N_INT]), int(spec.ipar[0, K.DATA_OFF])
+    x0, inv_h = spec.fpar[0, OS.OS_X0], spec.fpar[0, OS.OS_INV_H]
     log_z, a, left, prev, mu, mu0 = lf0[:6]
     dk = np.uint64(purpose_key(key, DIST))
     out_rows = []
@@ -184,7 +185,7 @@ def test_tail_blocks_follow_the_rank_by_rank_recursion(text, n_ranks):
     the gain's tabulated power (2e-14); the whole vocabulary sums to 1."""
     spec = parse_family(text).spec()
     lf, li, head = _levels(spec)
-    n_head = int(spec.ipar[0, 4])
+    n_head = int(spec.ipar[0, OS.OS_N_HEAD])
     for seed in range(3):
         key = np.uint64(mix(np.uint64(1000 + seed)))
         K.dist_init(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, key, 0, lf, li,
@@ -198,7 +199,7 @@ def test_tail_blocks_follow_the_rank_by_rank_recursion(text, n_ranks):
             state = (lq, lf[0, 1], lf[0, 2], lf[0, 3], lf[0, 4])
             np.testing.assert_allclose(state, row, rtol=1e-12, atol=1e-300)
             total += math.exp(lq) if lq > -math.inf else 0.0
-        if n_ranks + n_head > spec.ipar[0, 2]:
+        if n_ranks + n_head > spec.ipar[0, OS.OS_VOCAB]:
             assert total == pytest.approx(1.0, abs=1e-12)
 
 
