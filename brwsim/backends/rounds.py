@@ -159,7 +159,8 @@ def optimal_tree(ev: TreeEvaluator, context: np.ndarray, p_max: int, root_key: i
     """
     margin = 8.0 * TIE_REL
     raise_by = 0.5
-    t_est = 0.5 * math.log(max(p_max, 1)) + 1.0 if t_start is None else float(t_start)
+    t_est = (float(t_start) if t_start is not None and math.isfinite(t_start)
+             else 0.5 * math.log(max(p_max, 1)) + 1.0)
     lp0 = tempered(ev.start(context)[None, :], beta)[0]
     rkey = np.uint64(root_key)
     nodes: list[_Node] = []

@@ -373,14 +373,17 @@ class Transformer(RootSampled, Family):
         """X_P, E[X | T_P] and the depth of T_P of iterations first .. first + count - 1,
         each of shape (len(budgets), count), built by a batched backend in rounds."""
         ev = self.evaluator()
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
         acc = np.empty((budgets.size, count), np.int32)
         exp = np.empty((budgets.size, count))
         dep = np.empty((budgets.size, count), np.int32)
         for j in range(count):
             it = first + j
             ctx = self.root_context(seed, it)
+            # (the last root's T_P threshold sets the next one's rounds: the work, not the tree)
             tree = optimal_tree(ev, ctx, int(budgets[-1]), node_key(seed, it, ()),
-                                1.0 / self.temperature)
+                                1.0 / self.temperature, t_start=memo.get("t_next"))
+            memo["t_next"] = tree.t_end
             if tree.pos.size < budgets[-1]:
                 raise UserError(f"fewer than P = {int(budgets[-1])} nodes of positive path "
                                 f"probability exist below root {it}")

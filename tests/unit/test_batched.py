@@ -61,6 +61,10 @@ def test_extend_equals_recomputing_the_prefix(ckpts, arch):
             j = parents[j]
         want = _ref_lp(folder, np.concatenate([ctx, path[::-1]]))
         assert np.abs(out[i] - want).max() < 1e-12, i
+    ev.start(ctx)                              # node at a time: the same numbers
+    for i in range(parents.size):
+        one = ev.extend(parents[i:i + 1], toks[i:i + 1])[0]
+        assert np.abs(one - out[i]).max() < 1e-12, i
     longer = np.concatenate([ctx, [7, 8, 9]])
     assert np.abs(ev.start(longer) - _ref_lp(folder, longer)).max() < 1e-12
     single = ev.extend(np.array([-1]), np.array([5]))[0]
