@@ -38,6 +38,7 @@ constructed.
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -175,10 +176,9 @@ class TorchEvaluator:
         cfg = self.model.config.get_text_config()
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
-        self._layer_types = self._mask_kinds(cfg)
         self.sliding_window = (int(cfg.sliding_window) if "sliding_attention"
                                in self._layer_types.values() else None)
-        params = __import__("inspect").signature(self.model.forward).parameters
+        params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._cache = None
 
@@ -194,6 +194,7 @@ class TorchEvaluator:
             raise UserError(f"backend=torch cannot read the config of {path}: "
                             f"{_first_line(exc)}") from None
         text = config.get_text_config()
+        self._layer_types = self._mask_kinds(text)          # refused before the weights load
         attn = "eager" if getattr(text, "attn_logit_softcapping", None) else "sdpa"
         load_dtype = torch.float32 if self.dtype == "float64" else self._tdtype
         try:
@@ -239,7 +240,6 @@ class TorchEvaluator:
     def start(self, context) -> np.ndarray:
         """Begin a root: run ``context`` once, filling the KV cache; see
         :meth:`brwsim.backends.base.TreeEvaluator.start`."""
-        torch = self._torch
         ctx = self._tokens(context, "context")
         if ctx.size == 0:
             raise UserError("context: at least one token is needed")

