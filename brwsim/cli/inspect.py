@@ -192,7 +192,7 @@ def _short_commit(code: str) -> str:
 
 def _provenance(path: Path, attrs: dict[str, Any]) -> list[str]:
     git = attrs.get("git_commit") or "unknown"
-    seed = f", seed {attrs['seed_entropy']}" if "seed_entropy" in attrs else ", no seed (no random draws)"
+    seed = f", seed {attrs['seed_entropy']}" if "seed_entropy" in attrs else ", no seed recorded"
     source = (f"  source: {attrs.get('source', '?')} (git {_short_commit(git)}), created "
               f"{attrs.get('date_created', '?')}{seed}")
     lines = [f"{path}: {attrs.get('title', '(no title)')}", source]

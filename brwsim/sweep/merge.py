@@ -95,7 +95,8 @@ FLAT_VIEW = ("every point of every group, flattened: (point, budget) summaries; 
 
 def _flat_view(nc: Any, cfg: SweepConfig) -> None:
     """The root group: every point's per-budget summary over dims (point, budget), with its
-    group, family string, policy and batch, and with ``[[sweep.policy]]`` the paired
+    group, family string, policy and batch (the dimension ``point`` has no coordinate
+    variable: a group's own ``point`` variable must not be shadowed by an inherited one), and with ``[[sweep.policy]]`` the paired
     fraction of the optimum (:func:`brwsim.simulate.paired_fraction`), so that
     ``xr.open_dataset(results.nc)`` shows the answer without ``group=``."""
     n_points = sum(b.n_points for b in cfg.blocks)
@@ -142,7 +143,6 @@ def _flat_view(nc: Any, cfg: SweepConfig) -> None:
         v.setncatts({"long_name": long_name, **({"units": units} if units else {})})
         v[:] = values
 
-    var("point", np.int64, ("point",), np.arange(n_points), "sweep point index")
     var("budget", np.int64, ("budget",), cfg.budgets, "draft budget P (tree nodes, root excluded)", "1")
     var("group", str, ("point",), group, "the point's group (family block)")
     var("family_string", str, ("point",), family, "the point's family")

@@ -84,7 +84,7 @@ def test_an_import_shows_no_seed(capsys, bank):
         assert "seed_entropy" not in ds.attrs
     assert main(["inspect", str(bank)]) == 0
     out = capsys.readouterr().out
-    assert "no seed" in out and "seed 0" not in out
+    assert "no seed recorded" in out and "seed 0" not in out
 
 
 def test_quiet_silences_compile_notices_and_restores_them(monkeypatch):
