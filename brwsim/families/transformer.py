@@ -94,10 +94,10 @@ class Transformer(RootSampled, Family):
         pair shipped with brwsim (:data:`SHIPPED`; ``brwsim/data/transformers``, whose README
         states how it was trained and its held-out bits per byte).
     prompts : str or path-like, optional
-        Default ``"prose"``; not with ``prompt`` (giving both is refused). Without ``prompt``, a root's window is the ``window`` tokens ending at a uniformly
-        drawn position of this text, tokenised as one stream (a shipped corpus name,
-        ``"prose"`` or ``"code"``, a path to a UTF-8 file or the text, as
-        :class:`~brwsim.families.NGram`'s corpus).
+        Default ``"prose"``; refused together with ``prompt``. Without ``prompt``, a root's
+        window is the ``window`` tokens ending at a uniformly drawn position of this text,
+        tokenised as one stream (a shipped corpus name, ``"prose"`` or ``"code"``, a path to
+        a UTF-8 file or the text, as :class:`~brwsim.families.NGram`'s corpus).
     prompt : str, optional
         Every root is this text's last ``window`` tokens (all of it if shorter).
     temperature : float, default 1.0
