@@ -15,9 +15,10 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
   check), so that LLVM vectorises the loops; results may differ from :data:`kernel`'s in
   the last bits.
 
-All four cache compiled code in a folder keyed by a hash of brwsim's sources. numba's own
-cache only notices changes to a function's file, so a caller in another module would keep
-stale machine code of a changed callee; keying on every source avoids that.
+All four cache compiled code in a folder keyed by a hash of the sources of compiled code
+(brwsim.kernels and any other module that defines a kernel). numba's own cache only
+notices changes to a function's file, so a caller in another module would keep stale
+machine code of a changed callee; keying on every such source avoids that.
 ``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``.
 
 Three things keep a cold start short and visible:
@@ -49,10 +50,23 @@ import numba as nb
 from numba.core import event, types
 
 
+#: Text that marks a module outside brwsim.kernels as defining compiled code.
+_COMPILED_MARKS = (b"njit", b"@nb.", b"cfunc")
+
+
 def _cache_dir() -> str:
+    """The cache folder, keyed by the sources of every compiled function: the kernels
+    package and any other brwsim module that defines a kernel (numba links callees into
+    callers, so a change in any of them invalidates them all). Other modules do not enter
+    the key, so editing the command line or a family's Python keeps the compiled code."""
     digest = hashlib.sha1()
-    for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
-        digest.update(path.read_bytes())
+    package = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_bytes()
+        if here in path.parents or any(mark in text for mark in _COMPILED_MARKS):
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(text)
     base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "brwsim-numba", digest.hexdigest()[:16])
 
