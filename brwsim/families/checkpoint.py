@@ -20,6 +20,8 @@ import math
 import os
 from typing import Any, NamedTuple
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from brwsim.errors import UserError
@@ -27,7 +29,7 @@ from brwsim.validate import check_input_file, check_work_size, echo, format_byte
 from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
 from brwsim.models.gguf import load_gguf
 
-__all__ = ["Checkpoint", "load_checkpoint", "open_checkpoint", "is_gguf", "ARCHITECTURES",
+__all__ = ["Checkpoint", "load_checkpoint", "open_checkpoint", "TensorMap", "is_gguf", "ARCHITECTURES",
            "packed32"]
 
 #: model_type -> architecture code of the kernel.
@@ -228,6 +230,34 @@ class _GGUFTensors:
 
     def has(self, name: str) -> bool:
         return name in self.names
+
+
+class TensorMap(Mapping):
+    """The tensors of :func:`open_checkpoint` as a read-only mapping, name -> float32 array
+    of its declared shape, each read (and checked) when looked up: what a batched backend
+    (:class:`~brwsim.backends.numpyforward.NumpyEvaluator`) takes as its weights."""
+
+    def __init__(self, tensors: Any) -> None:
+        self._t = tensors
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        if isinstance(self._t, _Tensors):
+            return tuple(self._t.declared[name][0])
+        return tuple(self._t._m.shape(name))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._t.names:
+            raise KeyError(name)
+        return self._t.get((name,), self._shape(name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._t.names
+
+    def __iter__(self):
+        return iter(sorted(self._t.names))
+
+    def __len__(self) -> int:
+        return len(self._t.names)
 
 
 def is_gguf(path: str) -> bool:

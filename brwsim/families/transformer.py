@@ -21,7 +21,7 @@ import numpy as np
 from brwsim.keys import node_key, seed_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
-from brwsim.families.checkpoint import is_gguf, load_checkpoint
+from brwsim.families.checkpoint import TensorMap, is_gguf, load_checkpoint, open_checkpoint
 from brwsim.models.catalogue import CATALOGUE, local_path
 from brwsim.models.gguf import load_gguf
 from brwsim.models.tokenizer import gguf_tokenizer
@@ -95,18 +95,31 @@ def _tokenizer(path: str):
         raise UserError(f"{path}: not a readable tokenizer.json ({str(exc).splitlines()[0]})") from None
 
 
-def _prompt_set_text(model: str, source: Any) -> str | None:
-    """The text of a prompt set (``"humaneval"``, a ``.jsonl`` file): every conversation
-    rendered with the chat template of the GGUF ``model`` when it has one, else its plain
-    text, joined by blank lines; None when ``source`` is a corpus."""
+def _prompt_set_items(model: str, source: Any) -> list[str] | None:
+    """The texts of a prompt set (``"humaneval"``, ``"chat"``, a ``.jsonl`` file): each
+    conversation rendered with the chat template of the GGUF ``model`` when it has one,
+    else its plain text; None when ``source`` is a corpus."""
     if not isinstance(source, str) or (source not in PROMPT_SETS and not source.endswith(".jsonl")):
         return None
     conversations = load_prompts(source)
     if is_gguf(model):
         m = load_gguf(model)
         if m.chat_template is not None:
-            return "\n\n".join(m.render_chat(c) for c in conversations)
-    return "\n\n".join(prompt_text(c) for c in conversations)
+            return [m.render_chat(c) for c in conversations]
+    return [prompt_text(c) for c in conversations]
+
+
+def _prompt_set_text(model: str, source: Any) -> str | None:
+    """A prompt set's texts (:func:`_prompt_set_items`) joined by blank lines."""
+    items = _prompt_set_items(model, source)
+    return None if items is None else "\n\n".join(items)
+
+
+def _config_int(cfg: dict, name: str, where: str) -> int:
+    v = cfg.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 1 << 31:
+        raise UserError(f"{where}: config key {name!r} must be a positive integer, got {v!r}")
+    return v
 
 
 class Transformer(RootSampled, Family):
@@ -206,19 +219,30 @@ class Transformer(RootSampled, Family):
         if not isinstance(path, (str, os.PathLike)):
             raise UserError(f"path must be a checkpoint folder, got {path!r}")
         self.path = os.fspath(path)
-        ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
-        self._block = ck.block
-        self.vocab_size = ck.vocab_size
-        self.model_type = ck.model_type
-        self.n_params = ck.n_params
-        self._config = ck.config
         self._slots = self.window + self.carry
-        if self._slots > ck.max_positions:
-            raise UserError(f"window + carry = {self._slots} exceeds the model's "
-                            f"{ck.max_positions} positions")
-        if ck.sliding_window and self._slots > ck.sliding_window:
-            raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
-                            f"window of {ck.sliding_window} tokens (not supported)")
+        where = os.path.abspath(shipped_checkpoint(self.path))
+        if self.backend == "numba":
+            ck = load_checkpoint(where)
+            self._packed = ck.block
+            self.vocab_size = ck.vocab_size
+            self.model_type = ck.model_type
+            self.n_params = ck.n_params
+            self._config = ck.config
+            if self._slots > ck.max_positions:
+                raise UserError(f"window + carry = {self._slots} exceeds the model's "
+                                f"{ck.max_positions} positions")
+            if ck.sliding_window and self._slots > ck.sliding_window:
+                raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
+                                f"window of {ck.sliding_window} tokens (not supported)")
+        else:
+            # A batched backend reads the weights itself (the torch backend through
+            # transformers, so any architecture it knows): no numba block is packed.
+            self._packed = None
+            self._config, self._tensors = open_checkpoint(where)
+            self.model_type = str(self._config.get("model_type"))
+            self.vocab_size = _config_int(self._config, "vocab_size", where)
+            self.n_params = int(sum(int(np.prod(TensorMap(self._tensors)._shape(n)))
+                                    for n in self._tensors.names))
         tok = os.path.join(shipped_checkpoint(self.path), "tokenizer.json")
         if is_gguf(shipped_checkpoint(self.path)):       # the file's own tokenizer metadata
             tok = os.path.abspath(shipped_checkpoint(self.path))
@@ -262,7 +286,7 @@ class Transformer(RootSampled, Family):
         self._roots = toks
         self._roots.setflags(write=False)
         self._cprog: np.ndarray | None = None
-        self._head_cap = int(head_width(self._block, 0, self._slots))
+        self._head_cap = int(head_width(self._block, 0, self._slots)) if self._packed is not None else None
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path}
@@ -277,6 +301,18 @@ class Transformer(RootSampled, Family):
             if self.contexts == "answer":
                 out["answer"] = self.answer
         return out
+
+    @property
+    def _block(self) -> np.ndarray:
+        """The numba kernel's packed weights (packed on first use under a batched backend)."""
+        if self._packed is None:
+            self._packed = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path))).block
+        return self._packed
+
+    def _numba_head_cap(self) -> int:
+        if self._head_cap is None:
+            self._head_cap = int(head_width(self._block, 0, self._slots))
+        return self._head_cap
 
     # -- batched backends ------------------------------------------------------------------
     #: Trees of a batched backend are built by :meth:`batched_trees` (brwsim.simulate reads it).
@@ -309,16 +345,19 @@ class Transformer(RootSampled, Family):
         self.answer = check_int("answer", answer, 0, 1 << 20)
 
     def _prompt_list(self, prompt: Any, prompts: Any) -> list[np.ndarray]:
-        """Token ids of each prompt of ``contexts="answer"`` (raw text, no chat template)."""
+        """Token ids of each prompt of ``contexts="answer"``: a prompt set's conversations
+        rendered with the GGUF's chat template (:func:`_prompt_set_items`), else raw text."""
         if prompt is not None:
             items: list = [prompt]
         elif isinstance(prompts, (list, tuple)):
             items = list(prompts)
         else:
-            text = load_corpus(prompts)
-            self._record_input("prompts text" if "\n" in str(prompts) else str(prompts),
-                               hashlib.sha256(text.encode("utf-8")).hexdigest())
-            items = [b.strip() for b in text.split("\n\n") if b.strip()]
+            items = _prompt_set_items(os.path.abspath(shipped_checkpoint(self.path)), prompts)
+            if items is None:
+                text = load_corpus(prompts)
+                self._record_input("prompts text" if "\n" in str(prompts) else str(prompts),
+                                   hashlib.sha256(text.encode("utf-8")).hexdigest())
+                items = [b.strip() for b in text.split("\n\n") if b.strip()]
         out = []
         for i, item in enumerate(items):
             if isinstance(item, str):
@@ -341,7 +380,7 @@ class Transformer(RootSampled, Family):
         if "evaluator" not in memo:
             folder = os.path.abspath(shipped_checkpoint(self.path))
             if self.backend == "numpy":
-                memo["evaluator"] = NumpyEvaluator.from_folder(folder, self.dtype)
+                memo["evaluator"] = NumpyEvaluator(self._config, TensorMap(self._tensors), self.dtype)
             else:
                 try:
                     import torch  # noqa: F401
@@ -464,7 +503,7 @@ class Transformer(RootSampled, Family):
         return [Component(K.TRANSFORMER,
                           fpar={TF_BETA: float(beta) / self.temperature, TF_CARRY: float(self.carry),
                                 TF_WINDOW: float(self.window)},
-                          ipar={TF_SLOTS: self._slots}, data=self._block, head_cap=self._head_cap)]
+                          ipar={TF_SLOTS: self._slots}, data=self._block, head_cap=self._numba_head_cap())]
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:
         if self._cprog is None:

@@ -200,6 +200,12 @@ class GGUFModel:
     def has(self, name: str) -> bool:
         return name in self._names
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The Hugging Face shape of tensor ``name``, from the tensor table (nothing read)."""
+        if name not in self._names:
+            raise UserError(f"{self.path}: tensor {name!r} is missing")
+        return tuple(self.file.tensors[self._names[name]].shape)
+
     def gguf_name(self, name: str) -> str:
         return self._names[name]
 

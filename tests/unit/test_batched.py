@@ -191,3 +191,22 @@ def test_batched_runs_refuse_policies_and_batches(ckpts):
         simulate(fam, [4], 1, policies=["chain()"])
     with pytest.raises(UserError, match="batch > 1"):
         simulate(fam, [4], 1, batch=2)
+
+
+def test_context_features_are_the_final_normed_states():
+    """context_features: one row per context position, the same with or without a shared
+    prefix already cached, and the last row gives start()'s log-probabilities."""
+    folder = shipped_checkpoint("target")
+    ctx = np.arange(40) % 200
+    longer = np.concatenate([ctx, [5, 6, 7]])
+    a = NumpyEvaluator.from_folder(folder, "float64")
+    first = a.context_features(ctx)
+    both = a.context_features(longer)                 # reuses the cached prefix
+    b = NumpyEvaluator.from_folder(folder, "float64")
+    fresh = b.context_features(longer)
+    assert first.shape == (40, fresh.shape[1])
+    np.testing.assert_array_equal(both[:40], first)
+    np.testing.assert_allclose(both, fresh, rtol=0, atol=1e-13)
+    z = fresh[-1] @ b.lm_head().T
+    z = z - z.max()
+    np.testing.assert_allclose(z - np.log(np.exp(z).sum()), b.start(longer), rtol=0, atol=1e-12)
