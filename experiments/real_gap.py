@@ -38,6 +38,7 @@ from brwsim.drafters.promptlookup import lookup_chain, lookup_tree
 from brwsim.drafters.shapes import DraftTree, best_first, dynamic, greedy_chain
 from brwsim.io import provenance_attrs, write_netcdf_atomic
 from brwsim.keys import seed_key
+from brwsim.families.checkpoint import TensorMap, open_checkpoint
 from brwsim.models.catalogue import local_path
 from brwsim.models.gguf import load_gguf
 from brwsim.models.tokenizer import gguf_tokenizer
@@ -46,7 +47,7 @@ from brwsim.prompts import load_prompts
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 HEAD = ROOT / "brwsim" / "data" / "drafters" / "eagle-smollm2"
-PROMPT_SETS = {"humaneval": "humaneval", "chat": str(ROOT / "brwsim" / "data" / "prompts" / "chat.jsonl")}
+PROMPT_SETS = ("humaneval", "chat")
 BUDGETS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
 CHAIN_K = 8
 IID_TREES = 2000
@@ -115,7 +116,8 @@ def main(argv=None) -> int:
     iid_trees = 50 if a.quick else IID_TREES
     path = a.model if a.model.endswith(".gguf") else local_path(a.model)
     model = load_gguf(path)
-    target = NumpyEvaluator(model.config, dict(model.tensors()), dtype="float32")
+    config, tensors = open_checkpoint(path)
+    target = NumpyEvaluator(config, TensorMap(tensors), dtype="float32")
     tok = gguf_tokenizer(path)
     head = None
     if HEAD.is_dir():
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(a.seed)
     t0 = time.time()
     for si, s in enumerate(sets):
-        convs = load_prompts(PROMPT_SETS[s])
+        convs = load_prompts(s)
         prompts = [tok.encode(model.render_chat(c), add_special_tokens=False).ids for c in convs]
         for ti, temp in enumerate(temps):
             ctxs = AnswerRoots(target, prompts, seed_key(a.seed + 7919 * si), k_max=128,

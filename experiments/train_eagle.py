@@ -203,8 +203,8 @@ def main(argv=None) -> int:
         a.prompts, a.epochs, a.max_new = 24, 1, 32
     model = a.model
     if model is None:
-        from brwsim.models.catalogue import resolve_model_path   # the fetched GGUF
-        model = resolve_model_path("smollm2-135m-instruct")
+        from brwsim.models.catalogue import local_path   # the fetched GGUF
+        model = local_path("smollm2-135m-instruct")
     t0 = time.time()
     tok, m = load_target(model, torch)
     for p in m.parameters():
