@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 from brwsim.errors import UserError
+from brwsim.models.chat import check_messages
 
 __all__ = ["load_prompts", "prompt_text", "MAX_BYTES", "BUILTIN"]
 
@@ -69,8 +70,6 @@ def _humaneval() -> list[list[dict[str, str]]]:
 
 
 def _conversation(obj: Any, where: str, turns: str) -> list[dict[str, str]]:
-    from brwsim.models.chat import check_messages
-
     if not isinstance(obj, dict):
         raise UserError(f"{where}: not a JSON object")
     if "turns" in obj:

@@ -24,6 +24,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
+from brwsim.models.gguf import load_gguf
 
 __all__ = ["Checkpoint", "load_checkpoint", "open_checkpoint", "is_gguf", "ARCHITECTURES",
            "packed32"]
@@ -161,8 +162,6 @@ def open_checkpoint(path: str) -> tuple[dict, Any]:
         ``tensors.names`` (every name) describe the rest.
     """
     if is_gguf(path):
-        from brwsim.models.gguf import load_gguf
-
         model = load_gguf(path)
         return dict(model.config), _GGUFTensors(model)
     cfg = _read_config(path)

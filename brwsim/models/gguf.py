@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.models.chat import render_chat as _render_chat
 from brwsim.models.gguffile import GGUFFile, open_gguf
 
 __all__ = ["GGUFModel", "load_gguf", "unpermute_rows", "ARCHITECTURES"]
@@ -247,11 +248,9 @@ class GGUFModel:
 
     def render_chat(self, messages: Any, add_generation_prompt: bool = True) -> str:
         """``messages`` rendered with the file's chat template (UserError without one)."""
-        from brwsim.models.chat import render_chat
-
         tokens = self.file.get("tokenizer.ggml.tokens") or []
         name = lambda i: tokens[i] if i is not None and 0 <= i < len(tokens) else ""  # noqa: E731
-        return render_chat(self.chat_template, messages, add_generation_prompt,
+        return _render_chat(self.chat_template, messages, add_generation_prompt,
                            bos_token=name(self.bos_token_id), eos_token=name(self.eos_token_id),
                            model=self.path)
 

@@ -28,6 +28,7 @@ import functools
 from typing import Any
 
 from brwsim.errors import UserError
+from brwsim.models.gguffile import open_gguf
 
 __all__ = ["build_tokenizer", "gguf_tokenizer", "PRE_SPLITS"]
 
@@ -185,7 +186,5 @@ def build_tokenizer(meta: dict[str, Any], where: str = "GGUF"):
 @functools.lru_cache(maxsize=4)
 def gguf_tokenizer(path: str):
     """The tokenizer of the GGUF file at ``path`` (cached per path)."""
-    from brwsim.models.gguffile import open_gguf
-
     f = open_gguf(path)
     return build_tokenizer(f.metadata, path)
