@@ -473,11 +473,11 @@ def test_smollm2_float64_logprobs_equal_transformers_float64(monkeypatch):
     torch, model = _float64_transformers(monkeypatch, SMOLLM2)
     fam = Transformer(str(SMOLLM2), prompt="x")
     try:
-        texts = [c[0]["content"] for c in load_prompts("humaneval")[:3]]
+        texts = [c[0]["content"] for c in load_prompts("humaneval")[:4]]
     except UserError:
-        texts = ["The quick brown fox jumps over the lazy dog. " * 40] * 3
-    for text, n in zip(texts, (24, 96, 200)):
-        toks = fam.encode(text * 4)[:n]
+        texts = ["The quick brown fox jumps over the lazy dog. " * 40] * 4
+    for text, n in zip(texts, (24, 96, 200, 400)):
+        toks = fam.encode(text * 8)[:n]
         assert toks.size == n
         ours = fam.logits(toks)
         ours = ours - ours.max()
