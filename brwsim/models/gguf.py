@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.models.chat import render_chat as _render_chat
 from brwsim.models.gguffile import GGUFFile, open_gguf
 from brwsim.models.chat import render_chat
 
@@ -256,7 +257,7 @@ class GGUFModel:
         """``messages`` rendered with the file's chat template (UserError without one)."""
         tokens = self.file.get("tokenizer.ggml.tokens") or []
         name = lambda i: tokens[i] if i is not None and 0 <= i < len(tokens) else ""  # noqa: E731
-        return render_chat(self.chat_template, messages, add_generation_prompt,
+        return _render_chat(self.chat_template, messages, add_generation_prompt,
                            bos_token=name(self.bos_token_id), eos_token=name(self.eos_token_id),
                            model=self.path)
 

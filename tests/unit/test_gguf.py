@@ -226,6 +226,21 @@ def test_tokenizer_special_tokens_and_digits(tiny):
     assert tok.get_vocab_size() == VOCAB
 
 
+def test_tokenizer_that_cannot_be_built_is_one_line(tiny):
+    from brwsim.models.tokenizer import build_tokenizer
+
+    meta = dict(open_gguf(str(tiny["F32"])).metadata)
+    for change, pattern in (({"tokenizer.ggml.model": "bert"}, "tokenizer.ggml.model 'bert'"),
+                            ({"tokenizer.ggml.pre": "jais-x"}, "tokenizer.ggml.pre 'jais-x'"),
+                            ({"tokenizer.ggml.merges": ["\u0120t"]}, "merge '\u0120t'"),
+                            ({"tokenizer.ggml.tokens": []}, "no tokenizer.ggml.tokens"),
+                            ({"tokenizer.ggml.token_type": np.ones(3)}, "token_type has 3"),
+                            ({"tokenizer.ggml.bos_token_id": 999}, "outside the vocabulary")):
+        with pytest.raises(UserError, match=pattern) as e:
+            build_tokenizer(dict(meta, **change), "f.gguf")
+        assert len(str(e.value).splitlines()) == 1
+
+
 # -- chat template -------------------------------------------------------------------------
 
 def test_chat_template_renders_generation_prompt(tiny):
@@ -473,11 +488,11 @@ def test_smollm2_float64_logprobs_equal_transformers_float64(monkeypatch):
     torch, model = _float64_transformers(monkeypatch, SMOLLM2)
     fam = Transformer(str(SMOLLM2), prompt="x")
     try:
-        texts = [c[0]["content"] for c in load_prompts("humaneval")[:3]]
+        texts = [c[0]["content"] for c in load_prompts("humaneval")[:4]]
     except UserError:
-        texts = ["The quick brown fox jumps over the lazy dog. " * 40] * 3
-    for text, n in zip(texts, (24, 96, 200)):
-        toks = fam.encode(text * 4)[:n]
+        texts = ["The quick brown fox jumps over the lazy dog. " * 40] * 4
+    for text, n in zip(texts, (24, 96, 200, 400)):
+        toks = fam.encode(text * 8)[:n]
         assert toks.size == n
         ours = fam.logits(toks)
         ours = ours - ours.max()
