@@ -37,7 +37,7 @@ def test_one_name_for_each_theory_column(capsys, bank):
     assert main(["theory", "--family", "uniform(k=3)", "--budgets", "1,4"]) == 0
     theory = _header(capsys.readouterr().out)
     assert main(["run", "--family", "uniform(k=3)", "--budgets", "1,4", "--iterations", "20",
-                 "--out", "", "--quiet"]) == 0
+                 "--no-out", "--quiet"]) == 0
     run = _header(capsys.readouterr().out)
     for name in THEORY_NAMES:
         assert name in theory and name in run, name

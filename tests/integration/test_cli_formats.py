@@ -83,7 +83,7 @@ def test_run_json_and_csv(capsys, tmp_path):
 
 def test_run_with_policies_csv_is_the_policy_table(capsys):
     doc, rows = _both(capsys, "run", "--family", FAMILY, "--budgets", "4", "--iterations", "40",
-                      "--policy", "chain()", "--out", "", "--quiet")
+                      "--policy", "chain()", "--no-out", "--quiet")
     _check(doc, rows, "run", {"budget"}, csv_of="policies")
     pol = {r["policy"]: r for r in doc["policies"]}
     assert pol["optimal()"]["fraction_of_optimal"] == 1.0
