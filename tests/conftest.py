@@ -48,10 +48,13 @@ def pytest_collection_modifyitems(config, items):
         items[:] = first + last
 
 
-#: Scripts that compile the largest kernel groups: the optimal tree and the forest, for plain
-#: and for contextual kinds (two specialisations each, :func:`brwsim.kernels.dist.kinds_dtype`).
+#: Scripts that compile the largest kernel groups: the optimal tree and the forest, for
+#: closed, plain and contextual kinds (three specialisations each,
+#: :func:`brwsim.kernels.dist.kinds_dtype`).
 WARM_UP = (
     "import brwsim as b; f = b.parse_family('zipf(s=1.1, vocab=50)'); "
+    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
+    "import brwsim as b; f = b.parse_family('dirichlet(alpha=0.05, vocab=200)'); "
     "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
     "import brwsim as b; f = b.parse_family('ngram(corpus=prose, order=3)'); "
     "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",

@@ -36,8 +36,8 @@ from brwsim.kernels.closed import closed_level_init, closed_level_next, entropy_
 from brwsim.kernels.context import (CTX_AR1, CTX_DEPTH, CTX_LSTM, CTX_NGRAM, CTX_NONE,  # noqa: F401
                                     CTX_REGIME, node_context, pick_component)
 from brwsim.kernels.dirichlet import dirichlet_init
-from brwsim.kernels.kinds import (BANK, COMP, CONTEXTUAL_KINDS, CTX_F, CTX_I, DATA_LEN,  # noqa: F401
-                                  DATA_OFF, DIRICHLET, EMPTY, ENTROPY, GEOMETRIC, KIND_SLOT,
+from brwsim.kernels.kinds import (BANK, CLOSED_KINDS, COMP, CONTEXTUAL_KINDS, CTX_F, CTX_I,  # noqa: F401
+                                  DATA_LEN, DATA_OFF, DIRICHLET, EMPTY, ENTROPY, GEOMETRIC, KIND_SLOT,
                                   KIND_TABLE, LEVEL_F, LEVEL_I, LISTED, LSTM, NEG_INF, NF, NGRAM,
                                   NI, ORDERSTAT, PEAKED, PLAIN_KINDS, RANK, ROOT_DRAW,
                                   ROOT_PRESET, TABLE, TRANSFORMER, UNIFORM, ZIPF, is_closed,
@@ -90,27 +90,55 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     li[d, COMP] = c
     if is_closed(kind):
         closed_level_init(fpar, ipar, data, kind, c, dk, d, lf, li, 0.0, np.inf)
-    elif kind == ORDERSTAT:
-        orderstat_level_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
-    elif kind == DIRICHLET:
-        dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq)
-    elif kind == ENTROPY:
-        entropy_init(ipar, data, c, dk, d, lf, li, u_ctx)
-    elif is_contextual(kind):
-        _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank)
+    else:
+        _lazy_init(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank,
+                   u_ctx)
+
+
+def _lazy_init(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+    """Set up a level of a kind that is not a closed form; compiled (inline) only into the
+    kernels of families that may have one: a closed-kinds family (``CLOSED_KINDS``) has
+    none, and its kernels hold none of the order-statistics, Dirichlet, entropy or
+    contextual set-up."""
+    raise NotImplementedError("only called from numba kernels")
+
+
+@overload(_lazy_init, inline="always", jit_options={"_nrt": False})
+def _lazy_init_impl(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank,
+                    u_ctx):
+    if isinstance(kinds, types.Array) and kinds.dtype == types.int16:      # CLOSED_KINDS
+        def closed_only(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd,
+                        rank, u_ctx):
+            li[d, LISTED] = 0             # unreachable: every component is closed
+        return closed_only
+
+    def lazy(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+        if kind == ORDERSTAT:
+            orderstat_level_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
+        elif kind == DIRICHLET:
+            dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq)
+        elif kind == ENTROPY:
+            entropy_init(ipar, data, c, dk, d, lf, li, u_ctx)
+        elif is_contextual(kind):
+            _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank)
+    return lazy
 
 
 def kinds_dtype(kinds) -> type:
-    """The dtype of a family's ``kinds`` array: :data:`CONTEXTUAL_KINDS` when a component is
-    contextual (``contextual`` in :data:`KIND_TABLE`: NGRAM, LSTM, TRANSFORMER), else
+    """The dtype of a family's ``kinds`` array, its kind group: :data:`CONTEXTUAL_KINDS` when
+    a component is contextual (``contextual`` in :data:`KIND_TABLE`: NGRAM, LSTM,
+    TRANSFORMER), :data:`CLOSED_KINDS` when every component is a closed form, else
     :data:`PLAIN_KINDS`.
 
-    The dtype selects, at compile time, whether :func:`dist_init` contains the n-gram code
-    and the call of the LSTM and transformer set-up (:func:`_contextual_init`,
-    :mod:`brwsim.kernels.netinit`): a family without them never compiles them.
+    The dtype selects, at compile time, what :func:`dist_init` contains: the set-up of the
+    kinds that are not closed forms (:func:`_lazy_init`) only outside the closed group, the
+    n-gram code and the call of the LSTM and transformer set-up (:func:`_contextual_init`,
+    :mod:`brwsim.kernels.netinit`) only in the contextual group: a family never compiles
+    the code of kinds it cannot have.
     """
     contextual = any(KIND_TABLE[int(k)].contextual for k in kinds if int(k) in KIND_TABLE)
-    return CONTEXTUAL_KINDS if contextual else PLAIN_KINDS
+    closed = all(int(k) in KIND_TABLE and KIND_TABLE[int(k)].closed for k in kinds)
+    return CONTEXTUAL_KINDS if contextual else (CLOSED_KINDS if closed else PLAIN_KINDS)
 
 
 def _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):

@@ -104,10 +104,15 @@ def lists_in_head(kind):
     return _has(LISTED_MASK, kind)
 
 
-#: dtype of ``kinds`` of a family without contextual components (see ``kinds_dtype``).
+# The dtype of a family's ``kinds`` array names its kind group (``dist.kinds_dtype``): the
+# kernels are specialised per dtype, and each specialisation holds only its group's code.
+#: dtype of ``kinds`` of a family with a lazy component (order statistics, Dirichlet,
+#: entropy targets) and no contextual one.
 PLAIN_KINDS = np.int64
 #: dtype of ``kinds`` of a family with a contextual component (NGRAM, LSTM, TRANSFORMER).
 CONTEXTUAL_KINDS = np.int32
+#: dtype of ``kinds`` of a family whose components are all closed forms.
+CLOSED_KINDS = np.int16
 
 # Component parameters: NF floats and NI ints per component. Every kind's ipar starts
 # with its data block's offset and length (written by compile_spec); its own slots follow,

@@ -56,12 +56,12 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
 
     ``ipar[:, DATA_OFF]`` and ``ipar[:, DATA_LEN]`` become the offset and length of each
     component's data block, the other slots are the components' own, by slot; ``cprog``
-    defaults to the i.i.d. program (see :mod:`brwsim.kernels.context`). ``kinds`` is int32
-    when a component is contextual (n-gram, LSTM, transformer) and int64 otherwise
-    (:func:`brwsim.kernels.dist.kinds_dtype`): the kernels of other families are then
-    compiled without the contextual code. ``cprog`` is copied into a writable array:
-    families keep theirs read-only, and numba types a read-only array apart, so passing it
-    as it is would compile every kernel a third time.
+    defaults to the i.i.d. program (see :mod:`brwsim.kernels.context`). ``kinds``'s dtype
+    names the family's kind group (:func:`brwsim.kernels.dist.kinds_dtype`: int32 with a
+    contextual component, int16 when every component is a closed form, int64 otherwise):
+    each group's kernels are compiled without the other groups' code. ``cprog`` is copied
+    into a writable array: families keep theirs read-only, and numba types a read-only
+    array apart, so passing it as it is would compile every kernel once more.
     """
     m = len(comps)
     fpar = np.zeros((m, NF))
@@ -85,7 +85,7 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
         off += comp.data.size
     w = np.array([comp.weight for comp in comps], dtype=np.float64)
     data = np.concatenate(blocks) if blocks else np.zeros(0)
-    kinds = kinds.astype(kinds_dtype(kinds))     # selects the kernels' contextual code or not
+    kinds = kinds.astype(kinds_dtype(kinds))     # the kind group: selects the kernels' code
     return Spec(kinds, np.cumsum(w / w.sum()), fpar, ipar, data,
                 max(comp.head_cap for comp in comps),
                 np.zeros(1) if cprog is None else np.array(cprog, dtype=np.float64))

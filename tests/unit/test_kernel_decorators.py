@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from brwsim.kernels import CACHE_DIR, _CompileNotice, kernel
-from brwsim.kernels.dist import CONTEXTUAL_KINDS, LSTM, NGRAM, PLAIN_KINDS, ZIPF, kinds_dtype
+from brwsim.kernels.dist import (CLOSED_KINDS, CONTEXTUAL_KINDS, DIRICHLET, ENTROPY, LSTM, NGRAM,
+                                 PLAIN_KINDS, ZIPF, kinds_dtype)
 from brwsim.kernels.spec import Component, compile_spec
 
 
@@ -31,11 +32,13 @@ def test_a_constant_argument_does_not_add_a_literal_specialisation():
     assert sigs == [("int64",)]          # not also ('Literal[int](0)',)
 
 
-def test_kinds_dtype_selects_the_contextual_code():
-    assert kinds_dtype([ZIPF]) is PLAIN_KINDS and kinds_dtype([ZIPF, NGRAM]) is CONTEXTUAL_KINDS
-    assert kinds_dtype([LSTM]) is CONTEXTUAL_KINDS and PLAIN_KINDS is not CONTEXTUAL_KINDS
+def test_kinds_dtype_selects_the_kind_group():
+    assert kinds_dtype([ZIPF]) is CLOSED_KINDS and kinds_dtype([ZIPF, NGRAM]) is CONTEXTUAL_KINDS
+    assert kinds_dtype([ZIPF, DIRICHLET]) is PLAIN_KINDS and kinds_dtype([ENTROPY]) is PLAIN_KINDS
+    assert kinds_dtype([LSTM]) is CONTEXTUAL_KINDS
+    assert len({np.dtype(t) for t in (PLAIN_KINDS, CONTEXTUAL_KINDS, CLOSED_KINDS)}) == 3
     spec = compile_spec([Component(kind=ZIPF)])
-    assert spec.kinds.dtype == PLAIN_KINDS
+    assert spec.kinds.dtype == CLOSED_KINDS
     assert compile_spec([Component(kind=ZIPF), Component(kind=NGRAM)]).kinds.dtype == CONTEXTUAL_KINDS
 
 
