@@ -57,6 +57,9 @@ def install_startup_handler() -> None:
     """In the ``brwsim`` command's main thread, answer SIGINT during start-up at once."""
     if _is_command() and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _exit_now)
+        # a parent that blocked SIGINT (a thread pool's mask, inherited across exec) would
+        # leave Ctrl-C pending until exit: the command takes it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class command_handlers:

@@ -147,13 +147,16 @@ def remove_stale_temporaries(dest: Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp",
+                clean: bool = True) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it when the block succeeds.
 
     The temporary name is ``.<name>.<host>-<pid>-<random><suffix>`` in the destination
     folder (created if missing); on any exception it is deleted and ``path`` is left
     untouched. Temporary files of earlier writes of ``path`` by dead processes of this
-    host are removed first (:func:`remove_stale_temporaries`). The final file gets the
+    host are removed first (:func:`remove_stale_temporaries`; not with ``clean`` False, for
+    a sweep's shards, whose folder the sweep cleans once under its lock instead of listing
+    it at every shard). The final file gets the
     permissions of a normally created one (``0o666`` minus the umask), not the private
     ``0o600`` of a temporary file, so that shared sweep folders stay readable.
 
@@ -166,7 +169,8 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[
     dest = check_regular_or_absent(path)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(dest)
+        if clean:
+            remove_stale_temporaries(dest)
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{_owner_tag()}-", suffix=suffix,
                                    dir=dest.parent)
     except OSError as exc:
@@ -183,7 +187,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[
         raise
 
 
-def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
+def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str], clean: bool = True) -> Path:
     """Write ``ds`` to ``path`` atomically (temporary file in the same folder, then rename).
 
     Parameters
@@ -192,6 +196,8 @@ def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
         Dataset to write.
     path : path-like
         Destination; its folder is created if missing.
+    clean : bool, default True
+        Remove dead writers' temporary files of ``path`` first (:func:`atomic_path`).
 
     Returns
     -------
@@ -204,7 +210,7 @@ def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
         When the file system is full or the write fails ("NetCDF: HDF error" says neither);
         nothing is left under ``path`` or beside it.
     """
-    with atomic_path(path) as tmp:
+    with atomic_path(path, clean=clean) as tmp:
         try:
             ds.to_netcdf(tmp, engine="netcdf4")
         except (RuntimeError, OSError) as exc:

@@ -211,7 +211,7 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     worker_guard(task.driver)
     start = time.perf_counter()
     if isinstance(task, TheoryTask):
-        write_netcdf_atomic(_theory_dataset(task), task.path)
+        write_netcdf_atomic(_theory_dataset(task), task.path, clean=False)
         return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
                           running_code())
     if task.policy and task.policy != repr(Optimal()) and task.batch == 1:
@@ -221,7 +221,7 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     else:
         acc, exp, dep, acc_s, exp_s, visited = _optimal_in_calls(task)
     ds = _chunk_dataset(task, acc, exp, dep, visited, acc_s, exp_s)
-    write_netcdf_atomic(ds, task.path)
+    write_netcdf_atomic(ds, task.path, clean=False)
     return TaskResult(task.point, task.chunk, int(acc.max()), visited,
                       task.count * int(task.budgets[-1]), time.perf_counter() - start,
                       running_code())
