@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     ds = xr.Dataset(
         {"optimal": (("prompt_set", "temperature", "root", "budget"), opt,
                      {"long_name": "E[X | T_P] of the optimal tree on the real model", "units": "1"}),
-         "drafter": (("prompt_set", "temperature", "drafter", "root", "budget"), dra,
+         "drafter_expected": (("prompt_set", "temperature", "drafter", "root", "budget"), dra,
                      {"long_name": "E[X | T_P] of the drafter's tree", "units": "1"}),
          "chain_path_prob": (("prompt_set", "temperature", "drafter", "root", "position"), chain,
                              {"long_name": "target path probability of a chain's k-th node "
