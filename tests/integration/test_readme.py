@@ -62,6 +62,23 @@ def test_the_readme_has_commands_and_examples():
     assert all(c.split()[0] in ("brwsim", "python", "pip") for c in commands()), commands()
 
 
+def _offline_backend_fits() -> bool:
+    """Whether the running environment's setuptools meets pyproject's build requirement
+    (``--no-build-isolation`` builds with it; a fresh venv's may be older)."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    try:
+        have = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    needs = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    req = next(Requirement(r) for r in needs if Requirement(r).name == "setuptools")
+    return req.specifier.contains(have, prereleases=True)
+
+
 def _runnable(cmd: str) -> tuple[str, Path | None]:
     """(the command, its folder): ``pip install -e .`` is checked with ``--dry-run`` from
     the checkout (offline, no dependency resolved, nothing installed into the running
@@ -71,7 +88,7 @@ def _runnable(cmd: str) -> tuple[str, Path | None]:
 
         args = cmd.split()[2:]
         assert args == ["-e", "."], cmd                # the install the README documents
-        if importlib.util.find_spec("setuptools") is None:     # no offline build backend
+        if not _offline_backend_fits():                 # no offline build backend
             return f"{sys.executable} -m pip --version", ROOT
         return (f"{sys.executable} -m pip install --dry-run --no-deps --no-index "
                 "--no-build-isolation -e ."), ROOT
