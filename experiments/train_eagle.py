@@ -292,6 +292,47 @@ def evaluate(head, seqs, feats, emb_w, lm_d, draft_ids, torch):
             for d in range(DEPTHS)}
 
 
+def model_card(train: dict, conf: dict) -> str:
+    """The head's model card, every number from the training record."""
+    rows = "\n".join(
+        f"| {d.split('_')[1]} | {v['top_1']:.3f} | {v['top_4']:.3f} | {v['top_10']:.3f} | {v['positions']:,} |"
+        for d, v in train["held_out"].items())
+    return f"""# eagle-smollm2: an EAGLE-style draft head for SmolLM2-135M-Instruct
+
+Trained by `experiments/train_eagle.py` (seed {train['seed']}); read by
+`brwsim.drafters.eagle.EagleHead` in numpy (no torch at run time).
+
+- **Design** (EAGLE, Li et al. 2024): [embedding(x_(i+1)) ; f_i] -> linear (2d -> d) -> one
+  Llama decoder layer (no norm before its attention, none after it) -> predicted f_(i+1),
+  read by the target's own LM head restricted to a draft vocabulary of
+  {conf['draft_vocab_size']:,} tokens (the most frequent in the training answers, as EAGLE-3
+  reduces its head). d = {conf['hidden_size']}, {conf['num_attention_heads']} query and
+  {conf['num_key_value_heads']} key/value heads, MLP {conf['intermediate_size']}.
+- **Parameters**: {train['parameters']:,} trained (the embedding and LM head are the
+  target's), stored in float16.
+- **Data**: the target's own answers, sampled at T = 1 (at most {train['max_new_tokens']}
+  new tokens), to {train['prompts']} training prompts built from brwsim's bundled corpora and
+  instruction templates ({train['answer_tokens']:,} answer tokens); the evaluation sets
+  (HumanEval, `brwsim/data/prompts/chat.jsonl`) are never used.
+  {train['train_sequences']} answers trained, {train['held_out_sequences']} held out.
+- **Training**: {train['epochs']} epochs, AdamW, EAGLE's loss (smooth-L1 on the feature +
+  {train['ce_weight']} x cross-entropy against the target's distribution), uniform input
+  noise +-{train['noise']}; {train['generation_seconds']} s loading the target and generating, and
+  {train['training_seconds']} s training with {train['threads']} threads on a 2-core CPU.
+- **Held-out agreement** with the target's sampled tokens (answer positions), depth 1 from
+  the target's true feature, deeper depths fed the head's own predicted features (tokens
+  teacher-forced):
+
+| depth | top-1 | top-4 | top-10 | positions |
+|---:|---:|---:|---:|---:|
+{rows}
+
+This is a small head trained briefly on little data: it shows the mechanism (its agreement
+falls with depth once it reads its own features), not a tuned EAGLE drafter.
+Licence: MIT (brwsim); the target model is Apache-2.0.
+"""
+
+
 def save(head, lc, cfg, draft_ids, metrics, a, n_train, n_held, t_gen, t_train, seqs):
     from safetensors.numpy import save_file
 
@@ -319,6 +360,7 @@ def save(head, lc, cfg, draft_ids, metrics, a, n_train, n_held, t_gen, t_train, 
              "threads": a.threads, "parameters": n_params, "held_out": metrics,
              "noise": NOISE, "ce_weight": CE_WEIGHT}
     (tmp / "training.json").write_text(json.dumps(train, indent=1) + "\n")
+    (tmp / "README.md").write_text(model_card(train, conf))
     if out.exists():
         import shutil
         shutil.rmtree(out)

@@ -171,17 +171,19 @@ class EagleHead:
         self.k = np.concatenate([self.k, k])
         self.v = np.concatenate([self.v, v])
         rep = self.nh // self.nkv
-        att = np.empty((len(tok), self.nh, self.hd), self._dt)
-        scale = 1.0 / np.sqrt(self.hd)
+        n, m = len(tok), self.k.shape[0]
+        seen = np.zeros((n, m), dtype=bool)                 # row i attends to visible[i]
         for i, rows in enumerate(visible):
-            kk = self.k[rows]                                 # (m, nkv, hd)
-            vv = self.v[rows]
-            qi = q[i].reshape(self.nkv, rep, self.hd)
-            s = np.einsum("grh,mgh->grm", qi, kk) * scale
-            s -= s.max(axis=-1, keepdims=True)
-            e = np.exp(s)
-            e /= e.sum(axis=-1, keepdims=True)
-            att[i] = np.einsum("grm,mgh->grh", e, vv).reshape(self.nh, self.hd)
+            seen[i, rows] = True
+        # grouped-query attention as BLAS products: (kv head, query row x rep, key row)
+        qg = q.reshape(n, self.nkv, rep, self.hd).transpose(1, 0, 2, 3).reshape(self.nkv, n * rep, self.hd)
+        s = qg @ self.k.transpose(1, 2, 0) * (1.0 / np.sqrt(self.hd))
+        s = np.where(np.repeat(seen, rep, axis=0)[None], s, -np.inf)
+        s -= s.max(axis=-1, keepdims=True)
+        e = np.exp(s)
+        e /= e.sum(axis=-1, keepdims=True)
+        att = (e @ self.v.transpose(1, 0, 2)).reshape(self.nkv, n, rep, self.hd)
+        att = att.transpose(1, 0, 2, 3).reshape(n, self.nh, self.hd)
         h = h + att.reshape(len(tok), -1) @ self.wo_t
         gu = _rms(h, self.g_post, self.eps) @ self.wgu_t
         ff = gu.shape[1] // 2
@@ -189,7 +191,7 @@ class EagleHead:
         return h + (g / (1.0 + np.exp(-g)) * gu[:, ff:]) @ self.wd_t
 
     def _logprobs(self, feat: np.ndarray) -> np.ndarray:
-        z = (feat @ self.lm_d_t).astype(np.float64)
+        z = feat @ self.lm_d_t
         z -= z.max(axis=-1, keepdims=True)
         z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))
         out = np.full((feat.shape[0], self.vocab_size), -np.inf)

@@ -139,3 +139,26 @@ def test_bad_heads(tmp_path):
     h = EagleHead(str(f), rng.normal(size=(V, D)), rng.normal(size=(V, D)))
     with pytest.raises(UserError, match="features"):
         h.start(np.array([1, 2, 3]))
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "brwsim" / "data" / "drafters" / "eagle-smollm2"
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="no head shipped")
+def test_shipped_head_fits_smollm2_and_drafts():
+    """The shipped head declares SmolLM2-135M-Instruct's shapes (hidden 576, 9/3 heads,
+    vocabulary 49,152), its card's numbers are the training record's, and it drafts."""
+    cfg, w = load_head(str(SHIPPED))
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
+            cfg["vocab_size"]) == (576, 9, 3, 49152)
+    record = json.loads((SHIPPED / "training.json").read_text())
+    card = (SHIPPED / "README.md").read_text()
+    assert f"{record['parameters']:,}" in card
+    for depth in ("depth_1", "depth_2", "depth_6"):
+        assert f"{record['held_out'][depth]['top_1']:.3f}" in card
+    rng = np.random.default_rng(0)
+    emb = rng.normal(0, 0.02, (49152, 576)).astype(np.float32)
+    h = EagleHead(str(SHIPPED), emb, emb)
+    root = h.start(rng.integers(0, 49152, 12), rng.normal(0, 1, (12, 576)).astype(np.float32))
+    out = h.extend(np.array([-1, 0]), np.array([int(np.argmax(root)), 7]))
+    np.testing.assert_allclose(np.exp(out).sum(1), 1.0, rtol=1e-5)
