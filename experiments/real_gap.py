@@ -109,11 +109,14 @@ def main(argv=None) -> int:
     ap.add_argument("--roots", type=int, default=300)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pmax", type=int, default=1024, help="largest budget (default 1024)")
+    ap.add_argument("--iid-trees", type=int, default=IID_TREES,
+                    help=f"trees of the matched i.i.d. view per set (default {IID_TREES})")
     ap.add_argument("--out", default=str(DATA / "real_gap.nc"))
     a = ap.parse_args(argv)
-    budgets = BUDGETS[BUDGETS <= (64 if a.quick else 1024)]
+    budgets = BUDGETS[BUDGETS <= (64 if a.quick else a.pmax)]
     roots = 4 if a.quick else a.roots
-    iid_trees = 50 if a.quick else IID_TREES
+    iid_trees = 50 if a.quick else a.iid_trees
     path = a.model if a.model.endswith(".gguf") else local_path(a.model)
     model = load_gguf(path)
     config, tensors = open_checkpoint(path)
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
                 "budget": budgets, "position": np.arange(1, CHAIN_K + 1), "root": np.arange(roots)},
         attrs=provenance_attrs("real drafters on a real model: the environment's and the "
                                "drafter's share of the shortfall",
-                               {"model": a.model, "roots": roots, "quick": a.quick,
+                               {"model": a.model, "roots": roots, "quick": a.quick, "pmax": int(budgets[-1]),
                                 "eagle_head": head is not None, "iid_trees": iid_trees},
                                a.seed, "experiments/real_gap.py"))
     write_netcdf_atomic(ds, a.out)
