@@ -16,6 +16,10 @@ past the window, and then the context restarts from its last ``window`` tokens. 
 position at depth D of a generation sees what the node at depth D of
 ``transformer(path=..., prompt=..., window=W, carry=C)`` sees, and the bank is the i.i.d.
 view of the same environment whose contextual view ``brwsim run`` simulates.
+
+:func:`capture_roots` (``brwsim capture --family F --iterations N``) is the matched i.i.d.
+view of a run instead: one row per root of ``brwsim run --family F --iterations N``, the
+distribution at exactly that root, under any backend.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ import numpy as np
 from brwsim.bank.importer import import_arrays
 from brwsim.errors import UserError
 from brwsim.families.transformer import Transformer
+from brwsim.backends.rounds import tempered
 from brwsim.io import file_sha256, write_netcdf_atomic
+from brwsim.keys import node_key, seed_key
+from brwsim.kernels.rng import PATH, purpose_key, unit
 from brwsim.kernels.transformer import transformer_sample, transformer_start
 from brwsim.lazy import xarray as xr
 from brwsim.validate import (
@@ -42,7 +49,7 @@ from brwsim.validate import (
     check_work_size,
 )
 
-__all__ = ["capture_bank", "read_prompts", "DEFAULT_TOKENS", "EXACT_VOCAB", "STEP_TOKENS"]
+__all__ = ["capture_bank", "capture_roots", "read_prompts", "DEFAULT_TOKENS", "EXACT_VOCAB", "STEP_TOKENS"]
 
 #: Tokens generated per prompt by default.
 DEFAULT_TOKENS = 64
@@ -214,6 +221,90 @@ def capture_bank(checkpoint: str | os.PathLike[str], prompts: str | os.PathLike[
     ds.attrs["seed_entropy"] = str(seed)            # the sampling seed (an import has none)
     ds.attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     ds.attrs["model_type"] = model.model_type
+    if out is not None:
+        write_netcdf_atomic(ds, out)
+    return ds
+
+
+def capture_roots(family: Transformer, iterations: int, out: str | os.PathLike[str] | None = None,
+                  *, seed: int = 0, top_k: int | None = None, progress: bool = False,
+                  command: str = "") -> xr.Dataset:
+    """The matched i.i.d. view of a contextual run: a bank of the distributions at exactly
+    its roots.
+
+    Row i is the distribution at the root of iteration i of ``brwsim run --family FAMILY
+    --seed SEED`` (:meth:`Transformer.root_context` under a batched backend, the root's
+    window under the numba one), tempered as the family's nodes are; its sampled rank is
+    the rank the run's target path takes at that root (the same keyed uniform). So an
+    ``empirical(bank=...)`` of this bank and the run agree at P = 1 by construction, and
+    any gap at larger P is the context's.
+
+    Parameters
+    ----------
+    family : Transformer
+        The run's environment (temperature > 0).
+    iterations : int
+        The run's iterations: one row per root.
+    out : path-like, optional
+        Write the bank there, atomically (checked writable before the work).
+    seed : int, default 0
+        The run's seed.
+    top_k : int, optional
+        Entries kept per row (default as :func:`capture_bank`).
+    progress : bool, default False
+        Show a tqdm bar (on stderr) in roots.
+    command : str, optional
+        Recorded in the ``history`` attribute.
+    """
+    if not isinstance(family, Transformer):
+        raise UserError(f"capture --family takes a transformer family, got {family!r}")
+    if family.temperature == 0:
+        raise UserError("temperature=0: every root distribution is a point mass (nothing to bank)")
+    iterations = check_int("iterations", iterations, 1, 1 << 24)
+    seed = check_int("seed", seed, 0, 2 ** 63 - 1)
+    if out is not None:
+        check_output_path(out, "--out")
+    vocab = family.vocab_size
+    k = (vocab if vocab <= EXACT_VOCAB else min(64, vocab)) if top_k is None else \
+        check_int("top_k", top_k, 1, MAX_VOCAB)
+    if k > vocab:
+        raise UserError(f"top_k must be at most the model's vocabulary of {vocab} tokens, got {k}")
+    check_work_size(float(iterations) * (k + 2) * 8, f"{iterations} roots")
+    lp = np.empty((iterations, k))
+    rank = np.empty(iterations, np.int64)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=iterations, unit="root", desc="capture", leave=False)
+    try:
+        for it in range(iterations):
+            if family.batched:            # the rows the run's rounds see (their dtype)
+                row = tempered(family.evaluator().start(family.root_context(seed_key(seed), it))[None, :],
+                               family.beta)[0]
+            else:
+                with np.errstate(divide="ignore"):
+                    row = np.log(family.probs(family.root_tokens(seed, it)))
+            order = np.lexsort((np.arange(row.size), -row))
+            cum = np.cumsum(np.exp(row[order]))
+            u = unit(np.uint64(purpose_key(np.uint64(node_key(seed, it, ())), PATH)), 0)
+            rank[it] = min(int(np.searchsorted(cum, u)), row.size - 1)
+            row = row.astype(np.float64)            # normalised again in float64
+            top = row[order[0]]
+            lp[it] = row[order[:k]] - (top + np.log(np.exp(row - top).sum()))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    ds = import_arrays(lp, rank, np.arange(iterations, dtype=np.int64),
+                       source=f"roots of {family!r}", fmt="brwsim capture --family", vocab=vocab,
+                       command=command or f"brwsim.capture.capture_roots({family!r}, {iterations})")
+    config = {"family": repr(family), "iterations": iterations, "seed": seed, "top_k": k}
+    ds.attrs["capture_config_json"] = json.dumps(config, sort_keys=True)
+    ds.attrs["seed_entropy"] = str(seed)
+    ds.attrs["input_sha256"] = json.dumps(family.input_files(), sort_keys=True)
+    ds.attrs["model_type"] = family.model_type
     if out is not None:
         write_netcdf_atomic(ds, out)
     return ds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -106,7 +107,8 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     iterations = check_int("iterations", iterations, 1)
     key = seed_key(seed)
     batch = validate_batch(batch)
-    spec = check_family(family)
+    greedy = getattr(family, "batched", False) and family.temperature == 0
+    spec = None if greedy else check_family(family)     # T = 0 has no spine law to check
     if batch > 1 and getattr(family, "batched", False):
         raise UserError(f"batch > 1 is not supported with backend={family.backend} yet")
     if batch > 1:
@@ -154,8 +156,13 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
               "seed": str(int(seed))}
     ds = make_dataset(family, b, acc, exp, dep, config, int(seed), command,
                       policies=None if policies is None else [repr(p) for p in pols])
+    return _with_policy_inputs(ds, pols)
+
+
+def _with_policy_inputs(ds: xr.Dataset, pols: list) -> xr.Dataset:
+    """Record the policies' input files (a draft model's checkpoint) beside the family's."""
     inputs = {k: v for p in pols for k, v in p.input_files().items()}
-    if inputs:                            # a draft model's checkpoint, beside the family's files
+    if inputs:
         inputs.update(json.loads(ds.attrs.get("input_sha256", "{}")))
         ds.attrs["input_sha256"] = json.dumps(inputs, sort_keys=True)
     return ds
@@ -164,29 +171,38 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
 def _simulate_rounds(family: Family, b: np.ndarray, iterations: int, seed: int,
                      policies: Sequence[Any] | None, progress: bool, command: str) -> xr.Dataset:
     """:func:`simulate` of a family whose trees a batched backend builds in rounds
-    (``family.batched_trees``, :mod:`brwsim.backends.rounds`): the optimal tree only."""
-    if policies is not None and [repr(p) for p in _policies(policies)] != [repr(Optimal())]:
-        raise UserError(f"{family.name} with backend={family.backend} evaluates the optimal "
-                        "tree only (no policies yet)")
-    shape = (b.size, iterations)
+    (``family.batched_trees``, :mod:`brwsim.backends.rounds`); policies other than the
+    optimal tree draft on the same roots (:meth:`~brwsim.policies.base.Policy.run_batched`)."""
+    pols = _policies(policies)
+    key = seed_key(seed)
+    optimal = repr(Optimal())
+    for pol in pols:
+        if repr(pol) != optimal:
+            pol.check_batched(family)
+    shape = (len(pols), b.size, iterations)
     acc, exp, dep = np.empty(shape, np.int32), np.empty(shape), np.empty(shape, np.int32)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
+        bar = tqdm(total=iterations, unit="root", desc=repr(family)[:40])
     for it in range(iterations):
-        acc[:, it:it + 1], exp[:, it:it + 1], dep[:, it:it + 1] = family.batched_trees(b, seed, it, 1)
+        for i, pol in enumerate(pols):
+            run = family.batched_trees if repr(pol) == optimal else functools.partial(pol.run_batched, family)
+            acc[i, :, it:it + 1], exp[i, :, it:it + 1], dep[i, :, it:it + 1] = run(b, key, it, 1)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    if policies is not None:
-        acc, exp, dep = acc[None], exp[None], dep[None]
+    if policies is None:
+        acc, exp, dep = acc[0], exp[0], dep[0]
     config = {"family": repr(family), "budgets": b.tolist(), "iterations": int(iterations),
               "seed": str(seed)}
-    return make_dataset(family, b, acc, exp, dep, config, seed, command,
-                        policies=None if policies is None else [repr(Optimal())])
+    # greedy decoding (T = 0): X = P for the optimal tree, no renewal theory to compare
+    ds = make_dataset(family, b, acc, exp, dep, config, seed, command,
+                      policies=None if policies is None else [repr(p) for p in pols],
+                      theory=family.temperature > 0)
+    return _with_policy_inputs(ds, pols)
 
 
 def _simulate_batch(family: Family, spec: Spec, b: np.ndarray, iterations: int, seed: int,

@@ -16,6 +16,7 @@ the whole prompt and answer prefix, cut to its last ``max_positions - reserve`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,7 +45,7 @@ class AnswerRoots:
     k_max : int
         Largest number of answer tokens before a root.
     beta : float, default 1.0
-        1 / temperature of the answers' sampling.
+        1 / temperature of the answers' sampling; ``math.inf`` answers greedily.
     eos : sequence of int, optional
         Tokens that end an answer (included in it; the answer is not continued).
     reserve : int, default 64
@@ -98,12 +99,15 @@ class AnswerRoots:
                 lp = self.ev.extend(np.array([-1]), np.array([ans[-1]]))[0]
                 parent = 0
             while len(ans) < k:
-                lq = tempered(lp, self.beta)
-                order = np.lexsort((np.arange(lq.size), -lq))
-                cum = np.cumsum(np.exp(lq[order]))
-                u = unit(akey, len(ans))
-                r = min(int(np.searchsorted(cum, u)), lq.size - 1)
-                tok = int(order[r])
+                if math.isinf(self.beta):         # greedy: the argmax, lower id on ties
+                    tok = int(np.flatnonzero(lp == lp.max())[0])
+                else:
+                    lq = tempered(lp, self.beta)
+                    order = np.lexsort((np.arange(lq.size), -lq))
+                    cum = np.cumsum(np.exp(lq[order]))
+                    u = unit(akey, len(ans))
+                    r = min(int(np.searchsorted(cum, u)), lq.size - 1)
+                    tok = int(order[r])
                 ans.append(tok)
                 if tok in self.eos:
                     self._ended.add(i)

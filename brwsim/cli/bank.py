@@ -25,10 +25,11 @@ from brwsim.bankstats import (
     histogram_bins,
     plot_entropy_histogram,
 )
-from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank
+from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank, capture_roots
 from brwsim.cli.common import add_command, meaningful_asymptotic, warning_lines
 from brwsim.cli.output import add_format, emit, report, stdin_file
 from brwsim.errors import UserError
+from brwsim.families import parse_family
 from brwsim.lazy import xarray as xr
 from brwsim.textform import format_table, parse_budgets
 from brwsim.validate import check_output_path
@@ -89,13 +90,21 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
                     "checkpoint's vocabulary size. The rows of experiments/capture_hf.py, "
                     "without torch. Contexts follow transformer(window=W, carry=C): the "
                     "prompt's last W tokens, then each token appended to the KV cache until "
-                    "C tokens are carried past the window, then a restart from the last W.")
-    parser.add_argument("checkpoint", metavar="CHECKPOINT",
+                    "C tokens are carried past the window, then a restart from the last W. "
+                    "With --family F --iterations N instead: the matched i.i.d. view of "
+                    "`brwsim run --family F --iterations N --seed S`, a bank of the "
+                    "distributions at exactly that run's roots (any transformer backend).")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?",
                         help="checkpoint folder (config.json, model.safetensors [, "
                              "tokenizer.json]) or 'target' / 'draft'")
-    parser.add_argument("prompts", metavar="PROMPTS",
+    parser.add_argument("prompts", metavar="PROMPTS", nargs="?",
                         help="UTF-8 text file, one prompt per line ('-': standard input; with "
                              "--roots: a corpus, 'prose', 'code' or a text file)")
+    parser.add_argument("--family", metavar="F", default=None,
+                        help="a transformer family's string form: bank its run's roots "
+                             "(instead of CHECKPOINT PROMPTS)")
+    parser.add_argument("--iterations", type=int, default=None, metavar="N",
+                        help="with --family: the run's iterations, one row per root")
     _add_bank_out(parser)
     parser.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int,
                         default=DEFAULT_TOKENS, metavar="N",
@@ -125,6 +134,17 @@ def _run_capture(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
+    if args.family is not None:
+        if args.checkpoint is not None or args.iterations is None:
+            raise UserError("capture: give CHECKPOINT PROMPTS, or --family F --iterations N")
+        ds = capture_roots(parse_family(args.family), args.iterations, args.out, seed=args.seed,
+                           top_k=args.top_k, progress=not args.quiet,
+                           command=" ".join(["brwsim"] + sys.argv[1:]))
+        print(describe_bank(ds, args.out))
+        print(f"Banked {ds.sizes['position']} roots in {time.perf_counter() - start:.1f} s.")
+        return 0
+    if args.checkpoint is None or args.prompts is None or args.iterations is not None:
+        raise UserError("capture: give CHECKPOINT PROMPTS, or --family F --iterations N")
     with stdin_file(args.prompts, ".txt") as prompts:
         ds = capture_bank(args.checkpoint, prompts, args.out, tokens=args.tokens,
                           temperature=args.temperature, top_k=args.top_k, seed=args.seed,

@@ -11,6 +11,14 @@ ratio of consecutive entries.
 
 At temperature 0 the target's accepted path is its argmax path: X is the number of
 drafted nodes on it (they form a chain from the root), reported by :func:`greedy_accepted`.
+
+Given the root's key, :func:`score_tree` also marks the drafted nodes on the target's
+*sampled* path, drawn exactly as the optimal tree's (:mod:`brwsim.backends.rounds`): at a
+node of key k the keyed uniform ``unit(purpose_key(k, PATH), 0)`` picks a child by inverse
+CDF over the ranks (probability descending, then token id), and the child of rank r has
+key ``child_key(k, r)``. So a drafter's sampled X and the optimal tree's share their random
+numbers (common random numbers); the path leaves the drafted tree at the first sampled
+token it lacks.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from typing import NamedTuple
 import numpy as np
 
 from brwsim.backends.base import TreeEvaluator
+from brwsim.backends.rounds import tempered as tempered_rows
 from brwsim.errors import UserError
+from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 
 __all__ = ["TreeScore", "score_tree", "greedy_accepted", "tempered"]
 
@@ -37,11 +47,15 @@ class TreeScore(NamedTuple):
         int64 per drafted node: its depth (the root's children have depth 1).
     expected_accepted : float
         E[X | T], the sum of ``path_prob``.
+    onpath : numpy.ndarray or None
+        int8 per drafted node: 1 on the target's sampled path (T > 0, ``root_key`` given)
+        or on its argmax path (T = 0); None when not asked for.
     """
 
     path_prob: np.ndarray
     depth: np.ndarray
     expected_accepted: float
+    onpath: np.ndarray | None = None
 
 
 def tempered(logprobs: np.ndarray, temperature: float) -> np.ndarray:
@@ -60,8 +74,36 @@ def _check_tree(parents: np.ndarray, tokens: np.ndarray, vocab: int) -> None:
         raise UserError(f"a drafted token lies outside the target's vocabulary of {vocab}")
 
 
+def _sampled_path(root_lq: np.ndarray, lqs: np.ndarray, row: np.ndarray, parents: np.ndarray,
+                  tokens: np.ndarray, root_key: int) -> np.ndarray:
+    """int8 flags of the drafted nodes on the target's sampled path (module docstring);
+    ``root_lq``/``lqs`` are the tempered log-probabilities at the root and at the internal
+    nodes (``row[v]`` is v's row, -1 for a leaf)."""
+    children: dict[tuple[int, int], int] = {}
+    for i in range(tokens.size):
+        children.setdefault((int(parents[i]), int(tokens[i])), i)
+    on = np.zeros(tokens.size, np.int8)
+    node, key, lq = -1, np.uint64(root_key), root_lq
+    while True:
+        order = np.lexsort((np.arange(lq.size), -lq))
+        cum = np.cumsum(np.exp(lq[order]))
+        u = unit(np.uint64(purpose_key(key, PATH)), 0)
+        r = int(np.searchsorted(cum, u))             # the first rank with u <= cum[r]
+        if r >= lq.size:
+            break
+        child = children.get((node, int(order[r])))
+        if child is None:
+            break
+        on[child] = 1
+        if row[child] < 0:                           # a leaf: the path leaves the tree
+            break
+        node, key, lq = child, np.uint64(child_key(key, np.uint64(r))), lqs[row[child]]
+    return on
+
+
 def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarray,
-               tokens: np.ndarray, temperature: float = 1.0) -> TreeScore:
+               tokens: np.ndarray, temperature: float = 1.0,
+               root_key: int | None = None) -> TreeScore:
     """Path probabilities of a drafted tree's nodes under the target.
 
     Starts ``context`` on ``evaluator`` (replacing its current root), evaluates the tree's
@@ -77,6 +119,9 @@ def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarra
         The drafted tree, parents before children, ``-1`` the root.
     temperature : float
         The target's temperature; 0 scores the greedy (argmax) path.
+    root_key : int, optional
+        The root's 64-bit key: also mark the nodes on the target's sampled path (T > 0;
+        at T = 0 the argmax path is marked regardless).
     """
     parents = np.asarray(parents, dtype=np.int64)
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -104,14 +149,15 @@ def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarra
             on_parent = 1.0 if p < 0 else path[p]
             arg = root_best if p < 0 else int(best[row[p]])
             path[i] = on_parent if tokens[i] == arg else 0.0
-    else:
-        root_t = tempered(root_lp, temperature)
-        lps_t = tempered(lps, temperature) if ids.size else lps
-        for i in range(n):
-            p = parents[i]
-            lq = root_t[tokens[i]] if p < 0 else lps_t[row[p], tokens[i]]
-            path[i] = (1.0 if p < 0 else path[p]) * np.exp(lq)
-    return TreeScore(path, depth, float(path.sum()))
+        return TreeScore(path, depth, float(path.sum()), (path > 0).astype(np.int8))
+    root_t = tempered_rows(root_lp[None, :], 1.0 / temperature)[0]
+    lps_t = tempered_rows(lps, 1.0 / temperature) if ids.size else lps
+    for i in range(n):
+        p = parents[i]
+        lq = root_t[tokens[i]] if p < 0 else lps_t[row[p], tokens[i]]
+        path[i] = (1.0 if p < 0 else path[p]) * np.exp(np.float64(lq))
+    on = None if root_key is None else _sampled_path(root_t, lps_t, row, parents, tokens, root_key)
+    return TreeScore(path, depth, float(path.sum()), on)
 
 
 def greedy_accepted(score: TreeScore) -> int:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import math
 import importlib.resources
 import os
 from typing import Any
 
 import numpy as np
 
-from brwsim.keys import node_key, seed_key
+from brwsim.keys import seed_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
 from brwsim.families.checkpoint import TensorMap, is_gguf, load_checkpoint, open_checkpoint
@@ -31,13 +33,14 @@ from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
 from brwsim.kernels.transformer import TF_BETA, TF_CARRY, TF_SLOTS, TF_WINDOW
-from brwsim.kernels.rng import REGIME, purpose_key, unit
+from brwsim.kernels.rng import REGIME, purpose_key, root_key, unit
 from brwsim.kernels.transformer import head_width, transformer_logits
 from brwsim.backends.numpyforward import NumpyEvaluator
 from brwsim.backends.contexts import AnswerRoots
 from brwsim.backends.rounds import optimal_tree, score_budgets
 
-__all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "shipped_checkpoint"]
+__all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "make_evaluator",
+           "shipped_checkpoint"]
 
 #: The byte-level GPT-2 pair trained here and shipped as package data
 #: (``brwsim/data/transformers``, trained by ``experiments/train_transformers.py``).
@@ -95,23 +98,46 @@ def _tokenizer(path: str):
         raise UserError(f"{path}: not a readable tokenizer.json ({str(exc).splitlines()[0]})") from None
 
 
-def _prompt_set_items(model: str, source: Any) -> list[str] | None:
+def _prompt_set_items(model: str, source: Any, chat: bool | None = None) -> list[str] | None:
     """The texts of a prompt set (``"humaneval"``, ``"chat"``, a ``.jsonl`` file): each
-    conversation rendered with the chat template of the GGUF ``model`` when it has one,
-    else its plain text; None when ``source`` is a corpus."""
+    conversation rendered with the chat template of the GGUF ``model`` when ``chat`` is
+    True, or None and the model has one; else its plain text. None when ``source`` is a
+    corpus. ``chat=True`` on a model without a chat template is a :class:`UserError`."""
     if not isinstance(source, str) or (source not in PROMPT_SETS and not source.endswith(".jsonl")):
         return None
     conversations = load_prompts(source)
-    if is_gguf(model):
+    template = load_gguf(model).chat_template if is_gguf(model) else None
+    if chat and template is None:
+        raise UserError(f"chat=true: {model} has no chat template (use chat=false for raw prompts)")
+    if template is not None and chat is not False:
         m = load_gguf(model)
-        if m.chat_template is not None:
-            return [m.render_chat(c) for c in conversations]
+        return [m.render_chat(c) for c in conversations]
     return [prompt_text(c) for c in conversations]
 
 
-def _prompt_set_text(model: str, source: Any) -> str | None:
+def _bos_token(model: str) -> int | None:
+    """The BOS id that starts every encoded text of ``model``, or None: a GGUF's
+    ``tokenizer.ggml.add_bos_token`` (llama.cpp's rule), a folder's
+    ``tokenizer_config.json`` ``add_bos_token`` with its ``config.json`` ``bos_token_id``."""
+    if is_gguf(model):
+        m = load_gguf(model)
+        return m.bos_token_id if m.add_bos_token else None
+    cfg_path = os.path.join(model, "tokenizer_config.json")
+    if not os.path.isfile(cfg_path):
+        return None
+    try:
+        with open(cfg_path, encoding="utf-8") as fh:
+            add = json.loads(fh.read(1 << 22)).get("add_bos_token") is True
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
+            bos = json.loads(fh.read(1 << 22)).get("bos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return bos if add and isinstance(bos, int) and not isinstance(bos, bool) else None
+
+
+def _prompt_set_text(model: str, source: Any, chat: bool | None = None) -> str | None:
     """A prompt set's texts (:func:`_prompt_set_items`) joined by blank lines."""
-    items = _prompt_set_items(model, source)
+    items = _prompt_set_items(model, source, chat)
     return None if items is None else "\n\n".join(items)
 
 
@@ -120,6 +146,66 @@ def _config_int(cfg: dict, name: str, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 1 << 31:
         raise UserError(f"{where}: config key {name!r} must be a positive integer, got {v!r}")
     return v
+
+
+def _check_temperature(value: Any, backend: str) -> float:
+    """T > 0, or T = 0 (greedy decoding) under a batched backend."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        if backend == "numba":
+            raise UserError("temperature=0 (greedy decoding) needs backend=numpy or torch")
+        return 0.0
+    return check_positive("temperature", value)
+
+
+def _check_chat(value: Any) -> bool | None:
+    """``chat``: None (the template when the model has one), True or False."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise UserError(f"chat must be true or false, got {value!r}")
+
+
+def make_evaluator(path: str, backend: str, dtype: str, device: str = "cpu",
+                   opened: tuple | None = None):
+    """The :class:`~brwsim.backends.base.TreeEvaluator` of a checkpoint (a shipped or
+    catalogue name, a folder or a ``.gguf``) under a batched backend, built once per
+    process (evaluators are used one root at a time: ``start`` replaces the root).
+
+    ``opened``: the checkpoint's ``(config, tensors)`` when already opened
+    (:func:`~brwsim.families.checkpoint.open_checkpoint`).
+    """
+    where = os.path.abspath(shipped_checkpoint(os.fspath(path)))
+    st = os.stat(where if not os.path.isdir(where) else os.path.join(where, "config.json"))
+    key = (where, backend, dtype, device, st.st_size, st.st_mtime_ns)
+    if key not in _EVALUATORS:
+        while len(_EVALUATORS) >= _EVALUATORS_KEPT:       # oldest first
+            _EVALUATORS.pop(next(iter(_EVALUATORS)))
+        _EVALUATORS[key] = _new_evaluator(where, backend, dtype, device, opened)
+    return _EVALUATORS[key]
+
+
+#: Evaluators of this process by checkpoint and backend: a sweep worker or a run loads a
+#: model once (a target and a draft model are kept).
+_EVALUATORS: dict[tuple, Any] = {}
+_EVALUATORS_KEPT = 2
+
+
+def _new_evaluator(where: str, backend: str, dtype: str, device: str, opened: tuple | None):
+    if backend == "numpy":
+        config, tensors = opened if opened is not None else open_checkpoint(where)
+        return NumpyEvaluator(config, TensorMap(tensors), dtype)
+    if backend != "torch":
+        raise UserError(f"backend must be numpy or torch here, got {backend!r}")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UserError("backend=torch needs torch: pip install 'brwsim[torch]'") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device=cuda: no CUDA device is available here")
+    from brwsim.backends.torchforward import TorchEvaluator
+
+    return TorchEvaluator(where, device, dtype)
 
 
 class Transformer(RootSampled, Family):
@@ -147,7 +233,10 @@ class Transformer(RootSampled, Family):
     prompt : str, optional
         Every root is this text's last ``window`` tokens (all of it if shorter).
     temperature : float, default 1.0
-        T > 0: every node's distribution is softmax(logits / T).
+        T > 0: every node's distribution is softmax(logits / T). T = 0 (batched backends):
+        greedy decoding, the target's accepted path is its argmax path (ties: the lower
+        token id), so the optimal tree of P nodes is that chain with X = P, and a policy's
+        X is the number of its nodes on it; answers of ``contexts="answer"`` are greedy.
     window : int, default 32
         Tokens of a root's context.
     carry : int, default 32
@@ -179,6 +268,12 @@ class Transformer(RootSampled, Family):
         prompts), sharing its prefix.
     answer : int, default 32
         The largest k of ``contexts="answer"``.
+    chat : bool, optional
+        How a prompt set becomes prompts: ``true`` renders each conversation with the
+        GGUF's chat template (refused for a model without one), ``false`` takes its plain
+        text; default: the template when the model has one. Prompts of a model whose
+        tokenizer adds a BOS token (a GGUF's ``tokenizer.ggml.add_bos_token``, a folder's
+        ``tokenizer_config.json``) start with it (once: a template that writes it is kept).
 
     Attributes
     ----------
@@ -203,17 +298,23 @@ class Transformer(RootSampled, Family):
     iid = False
     _ROOT_SPAWN = 0x5452464D
     _root_count = 200
+    #: Drawn roots of the moments under a batched backend (a real model's forward pass
+    #: over a whole prompt each).
+    _BATCHED_ROOTS = 64
 
     def __init__(self, path: Any, prompts: Any = None, prompt: str | None = None,
                  temperature: float = 1.0, window: int = 32, carry: int = 32,
                  backend: str = "numba", dtype: str | None = None, device: str = "cpu",
-                 contexts: str | None = None, answer: int = 32) -> None:
+                 contexts: str | None = None, answer: int = 32, chat: Any = None) -> None:
         if prompt is not None and prompts is not None:
             raise UserError("give prompt or prompts, not both (prompt: every root is that "
                             "text; prompts: roots drawn from a text)")
         prompts = "prose" if prompts is None else prompts
         self._set_backend(backend, dtype, device, contexts, answer)
-        self.temperature = check_positive("temperature", temperature)
+        if self.backend != "numba":
+            self._root_count = self._BATCHED_ROOTS
+        self.temperature = _check_temperature(temperature, self.backend)
+        self.chat = _check_chat(chat)
         self.window = check_int("window", window, 1, 4096)
         self.carry = check_int("carry", carry, 0, 4096)
         if not isinstance(path, (str, os.PathLike)):
@@ -269,7 +370,7 @@ class Transformer(RootSampled, Family):
             toks = toks[-self.window:]
             self._root_w = int(toks.size)
         else:
-            text = _prompt_set_text(shipped_checkpoint(self.path), self.prompts)
+            text = _prompt_set_text(shipped_checkpoint(self.path), self.prompts, self.chat)
             if text is None:
                 text = load_corpus(prompts)
             key = (f"corpus {self.prompts}" if self.prompts in CORPORA else "prompts text"
@@ -300,7 +401,19 @@ class Transformer(RootSampled, Family):
                        contexts=self.contexts)
             if self.contexts == "answer":
                 out["answer"] = self.answer
+        if self.chat is not None:
+            out["chat"] = self.chat
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a batched backend's open checkpoint (file handles) is reopened where unpickled
+        return {k: v for k, v in super().__getstate__().items() if k != "_tensors"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if state.get("backend", "numba") != "numba":
+            self._config, self._tensors = open_checkpoint(
+                os.path.abspath(shipped_checkpoint(self.path)))
 
     @property
     def _block(self) -> np.ndarray:
@@ -352,16 +465,20 @@ class Transformer(RootSampled, Family):
         elif isinstance(prompts, (list, tuple)):
             items = list(prompts)
         else:
-            items = _prompt_set_items(os.path.abspath(shipped_checkpoint(self.path)), prompts)
+            items = _prompt_set_items(os.path.abspath(shipped_checkpoint(self.path)), prompts,
+                                      self.chat)
             if items is None:
                 text = load_corpus(prompts)
                 self._record_input("prompts text" if "\n" in str(prompts) else str(prompts),
                                    hashlib.sha256(text.encode("utf-8")).hexdigest())
                 items = [b.strip() for b in text.split("\n\n") if b.strip()]
         out = []
+        bos = _bos_token(os.path.abspath(shipped_checkpoint(self.path)))
         for i, item in enumerate(items):
             if isinstance(item, str):
                 toks = self.encode(item)
+                if bos is not None and (toks.size == 0 or toks[0] != bos):
+                    toks = np.concatenate([[bos], toks]).astype(np.int64)
             else:
                 try:
                     toks = np.asarray(item, dtype=np.int64).ravel()
@@ -378,39 +495,39 @@ class Transformer(RootSampled, Family):
         """The batched backend's :class:`~brwsim.backends.base.TreeEvaluator` (built once)."""
         memo = self.__dict__.setdefault("_brwsim_memo", {})
         if "evaluator" not in memo:
-            folder = os.path.abspath(shipped_checkpoint(self.path))
-            if self.backend == "numpy":
-                memo["evaluator"] = NumpyEvaluator(self._config, TensorMap(self._tensors), self.dtype)
-            else:
-                try:
-                    import torch  # noqa: F401
-                except ImportError:
-                    raise UserError("backend=torch needs torch: pip install 'brwsim[torch]'") from None
-                if self.device == "cuda" and not torch.cuda.is_available():
-                    raise UserError("device=cuda: no CUDA device is available here")
-                from brwsim.backends.torchforward import TorchEvaluator
-
-                memo["evaluator"] = TorchEvaluator(folder, self.device, self.dtype)
+            memo["evaluator"] = make_evaluator(self.path, self.backend, self.dtype, self.device,
+                                               (self._config, self._tensors))
         return memo["evaluator"]
 
-    def root_context(self, seed: int, iteration: int) -> np.ndarray:
-        """The whole context of the root of ``iteration`` under a batched backend."""
+    @property
+    def beta(self) -> float:
+        """1 / temperature (infinite at temperature 0: greedy decoding)."""
+        return math.inf if self.temperature == 0 else 1.0 / self.temperature
+
+    def root_context(self, key: np.uint64, iteration: int) -> np.ndarray:
+        """The whole context of the root of ``iteration`` under a batched backend, for a
+        run of 64-bit seed key ``key`` (:func:`brwsim.keys.seed_key` of its seed, or a
+        sweep point's key)."""
+        key = np.uint64(key)
         if self.contexts == "window":
-            return self.root_tokens(seed, iteration)
+            return self._window_root(key, iteration)
         memo = self.__dict__.setdefault("_brwsim_memo", {})
-        roots = memo.get(("answers", seed))
+        roots = memo.get(("answers", int(key)))
         if roots is None:
             eos = self._config.get("eos_token_id")
             eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-            roots = memo[("answers", seed)] = AnswerRoots(
-                self.evaluator(), self._answer_prompts, seed_key(seed), self.answer,
-                1.0 / self.temperature, eos)
-        return roots.context(iteration, node_key(seed, iteration, ()))
+            roots = memo[("answers", int(key))] = AnswerRoots(
+                self.evaluator(), self._answer_prompts, key, self.answer, self.beta, eos)
+        return roots.context(iteration, int(root_key(key, np.uint64(iteration))))
 
-    def batched_trees(self, budgets: np.ndarray, seed: int, first: int, count: int
+    def batched_trees(self, budgets: np.ndarray, key: np.uint64, first: int, count: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """X_P, E[X | T_P] and the depth of T_P of iterations first .. first + count - 1,
-        each of shape (len(budgets), count), built by a batched backend in rounds."""
+        """X_P, E[X | T_P] and the depth of T_P of iterations first .. first + count - 1
+        of the run of seed key ``key``, each of shape (len(budgets), count), built by a
+        batched backend in rounds."""
+        if self.temperature == 0:       # the argmax chain: X = E[X | T_P] = depth = P
+            col = np.asarray(budgets)[:, None].repeat(count, 1)
+            return col.astype(np.int32), col.astype(np.float64), col.astype(np.int32)
         ev = self.evaluator()
         memo = self.__dict__.setdefault("_brwsim_memo", {})
         acc = np.empty((budgets.size, count), np.int32)
@@ -418,10 +535,10 @@ class Transformer(RootSampled, Family):
         dep = np.empty((budgets.size, count), np.int32)
         for j in range(count):
             it = first + j
-            ctx = self.root_context(seed, it)
+            ctx = self.root_context(key, it)
             # (the last root's T_P threshold sets the next one's rounds: the work, not the tree)
-            tree = optimal_tree(ev, ctx, int(budgets[-1]), node_key(seed, it, ()),
-                                1.0 / self.temperature, t_start=memo.get("t_next"))
+            tree = optimal_tree(ev, ctx, int(budgets[-1]), int(root_key(np.uint64(key), np.uint64(it))),
+                                self.beta, t_start=memo.get("t_next"))
             memo["t_next"] = tree.t_end
             if tree.pos.size < budgets[-1]:
                 raise UserError(f"fewer than P = {int(budgets[-1])} nodes of positive path "
@@ -465,8 +582,12 @@ class Transformer(RootSampled, Family):
 
     def root_tokens(self, seed: int, iteration: int) -> np.ndarray:
         """The window of the root of ``iteration`` (as the kernel draws it)."""
+        return self._window_root(seed_key(seed), iteration)
+
+    def _window_root(self, key: np.uint64, iteration: int) -> np.ndarray:
+        """The window of the root of ``iteration`` in the run of seed key ``key``."""
         n_roots = self._roots.size - self._root_w + 1
-        rk = np.uint64(purpose_key(np.uint64(node_key(seed, iteration, ())), REGIME))
+        rk = np.uint64(purpose_key(np.uint64(root_key(np.uint64(key), np.uint64(iteration))), REGIME))
         i = min(int(unit(rk, 0) * n_roots), n_roots - 1)
         return self._roots[i:i + self._root_w].copy()
 
@@ -519,11 +640,20 @@ class Transformer(RootSampled, Family):
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
         if self.batched:            # a drawn root's distribution from the batched backend
             if self.contexts == "answer":
-                ctx = self._answer_prompts[int(rng.integers(len(self._answer_prompts)))]
+                i = int(rng.integers(len(self._answer_prompts)))
+                ctx = self._answer_prompts[i]
             else:
                 i = int(rng.integers(self._roots.size - self._root_w + 1))
                 ctx = self._roots[i:i + self._root_w]
-            z = self.evaluator().start(ctx) * (float(beta) / self.temperature)
+            memo = self.__dict__.setdefault("_brwsim_memo", {}).setdefault("root_lp", {})
+            if i not in memo:                # a prompt drawn again costs no forward pass
+                memo[i] = self.evaluator().start(ctx)
+            lp = memo[i]
+            if self.temperature == 0:            # greedy decoding: a point mass
+                out = np.zeros(lp.size)
+                out[0] = 1.0
+                return out
+            z = lp * (float(beta) / self.temperature)
             e = np.exp(z - z.max())
             return np.sort(e / e.sum())[::-1]
         i = int(rng.integers(self._roots.size - self._root_w + 1))

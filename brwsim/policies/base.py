@@ -61,6 +61,20 @@ class Policy:
         """Refuse an environment the policy cannot draft on (a :class:`UserError`), before
         any tree is built; the default accepts every family."""
 
+    def check_batched(self, family: Any) -> None:
+        """Refuse a batched target (``transformer(backend=numpy|torch)``) the policy cannot
+        draft for, before any tree is built; by default every policy but those that
+        implement :meth:`run_batched` is refused."""
+        raise UserError(f"{self!r} is not available with backend={family.backend}; a batched "
+                        "target takes optimal() and drafter(...)")
+
+    def run_batched(self, family: Any, budgets: np.ndarray, key: np.uint64, first: int,
+                    count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Iterations ``first .. first + count - 1`` of the run of 64-bit seed key ``key`` on
+        a batched target (roots ``family.root_context(key, i)``): X, E[X | T] and depth,
+        each of shape (len(budgets), count)."""
+        raise NotImplementedError
+
     def input_files(self) -> dict[str, str]:
         """SHA-256 (hex) of every file the policy reads, by path (a draft model's
         checkpoint); recorded in a run's or sweep's ``input_sha256`` beside the family's."""

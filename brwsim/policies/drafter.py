@@ -1,30 +1,77 @@
-"""A real drafter: a second transformer checkpoint drafts, the target family verifies."""
+"""Real drafters: a draft model, an EAGLE-style head or prompt lookup drafts, the target
+family verifies."""
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from typing import Any
 
 import numpy as np
 
+from brwsim.drafters.compare import Tempered
+from brwsim.drafters.eagle import EagleHead
+from brwsim.drafters.promptlookup import lookup_chain, lookup_tree
+from brwsim.drafters.score import score_tree, tempered
+from brwsim.drafters.shapes import DraftTree, best_first, dynamic, greedy_chain
 from brwsim.engine import start_threshold
 from brwsim.errors import UserError
-from brwsim.families.base import check_positive
+from brwsim.families.base import check_int, check_positive
 from brwsim.families.checkpoint import load_checkpoint
-from brwsim.families.transformer import checkpoint_sha256, shipped_checkpoint
+from brwsim.families.transformer import Transformer, checkpoint_sha256, make_evaluator, shipped_checkpoint
+from brwsim.io import file_sha256
+from brwsim.kernels.rng import root_key
 from brwsim.kernels import drafter as _k
 from brwsim.kernels.dist import DATA_OFF, TRANSFORMER
 from brwsim.kernels.transformer import TF_SLOTS, head_width
 from brwsim.policies.base import Policy, new_outputs, optional_int
 
-__all__ = ["DraftModel", "SHAPES"]
+__all__ = ["DraftModel", "SHAPES", "KINDS", "NGRAM_SHAPES"]
 
-#: The drafter's tree shapes.
+#: The drafter's tree shapes (kinds ``model`` and ``eagle``).
 SHAPES = ("best", "chain", "dynamic")
+#: What drafts: a draft checkpoint, an EAGLE-style head, or prompt lookup.
+KINDS = ("model", "eagle", "ngram")
+#: Prompt lookup's shapes: vLLM's chain, or every recurring continuation merged as a tree.
+NGRAM_SHAPES = ("chain", "tree")
+
+
+def head_folder(path: str) -> str:
+    """An EAGLE-style head's folder: a head shipped with brwsim (``brwsim/data/drafters``,
+    e.g. ``"eagle-smollm2"``) when nothing of that name exists here, else ``path``."""
+    if not os.path.exists(path) and os.sep not in path:
+        res = importlib.resources.files("brwsim").joinpath("data", "drafters", path)
+        if res.is_dir():
+            with importlib.resources.as_file(res) as folder:
+                return os.fspath(folder)
+    if not os.path.isdir(path):
+        raise UserError(f"drafter: no EAGLE head folder {path!r} (shipped: eagle-smollm2)")
+    return path
 
 
 class DraftModel(Policy):
-    """Trees drafted by a second checkpoint's probabilities; the target family verifies.
+    """Trees drafted by a draft model, an EAGLE-style head or prompt lookup; the target
+    family verifies.
+
+    ``kind`` says what drafts:
+
+    * ``model`` (default): a second checkpoint's probabilities (below).
+    * ``eagle``: an EAGLE-style head (:class:`~brwsim.drafters.eagle.EagleHead`, e.g. the
+      shipped ``path=eagle-smollm2``) drafting exactly as at inference time: depth 1 from
+      the target's true last hidden state of the root's context, deeper levels from its
+      own predicted features; shapes ``best``, ``chain`` and ``dynamic`` on its
+      probabilities. Needs ``transformer(..., backend=numpy)`` (the target's features).
+    * ``ngram``: prompt lookup as vLLM's ``ngram`` method
+      (:mod:`brwsim.drafters.promptlookup`): the longest suffix of the context, of
+      ``min`` .. ``max`` tokens, that recurs in it proposes what followed it;
+      ``shape=chain`` (vLLM's) or ``shape=tree`` (every recurring continuation merged).
+
+    On a batched target (``transformer(backend=numpy|torch)``) each root's drafted tree
+    is scored by :func:`~brwsim.drafters.score.score_tree`: E[X | T] is the sum of the
+    target's path probabilities over it, and X counts its nodes on the target's sampled
+    path, drawn with the optimal tree's keyed uniforms (common random numbers). At target
+    temperature 0, X = E[X | T] = its nodes on the target's argmax path. Kinds ``eagle``
+    and ``ngram`` need a batched target; ``model`` runs on both.
 
     The environment must be a :class:`~brwsim.families.Transformer` family (the target).
     The draft model, a checkpoint of the same vocabulary, reads exactly the target's
@@ -59,17 +106,23 @@ class DraftModel(Policy):
     Parameters
     ----------
     path : str or path-like
-        The draft checkpoint folder (as :class:`~brwsim.families.Transformer`'s ``path``;
-        ``"draft"`` and ``"target"`` name the shipped byte-level pair).
-    shape : {"best", "chain", "dynamic"}, default "best"
-        How the tree is drafted.
+        ``kind=model``: the draft checkpoint (as :class:`~brwsim.families.Transformer`'s
+        ``path``; ``"draft"`` and ``"target"`` name the shipped byte-level pair).
+        ``kind=eagle``: the head's folder or a shipped head's name. Not for ``ngram``.
+    shape : str, default "best" (``ngram``: "chain")
+        How the tree is drafted: ``best``, ``chain`` or ``dynamic``; ``ngram``: ``chain``
+        or ``tree``.
     temperature : float, default 1.0
         The draft model's temperature T > 0 (its probabilities are softmax(logits / T);
         independent of the target family's temperature).
     depth, topk : int, default 6 and 10
         ``shape="dynamic"`` only: layers and expansion width (:class:`Dynamic`'s).
     total : int, optional
-        ``shape="dynamic"`` only: cap on the number of draft nodes.
+        ``shape="dynamic"`` only: cap on the number of draft nodes (EAGLE-2's released
+        trees: ``depth=6, topk=10, total=59``).
+    kind : {"model", "eagle", "ngram"}, default "model"
+    min, max : int, default 1 and 4
+        ``kind=ngram`` only: the lengths of the context suffix matched (1 <= min <= max).
 
     Notes
     -----
@@ -83,14 +136,37 @@ class DraftModel(Policy):
 
     name = "drafter"
 
-    def __init__(self, path: Any, shape: str = "best", temperature: float = 1.0,
+    def __init__(self, path: Any = None, shape: str | None = None, temperature: float = 1.0,
                  depth: int | None = None, topk: int | None = None,
-                 total: int | None = None) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise UserError(f"drafter: path must be a checkpoint folder, got {path!r}")
-        if shape not in SHAPES:
-            raise UserError(f"drafter: shape must be one of {', '.join(SHAPES)}, got {shape!r}")
-        self.path = os.fspath(path)
+                 total: int | None = None, kind: str = "model", min: Any = None,
+                 max: Any = None) -> None:
+        if kind not in KINDS:
+            raise UserError(f"drafter: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        self.kind = kind
+        lengths = {"min": min, "max": max}
+        if kind == "ngram":
+            if path is not None:
+                raise UserError("drafter: kind=ngram takes no path (it drafts from the context)")
+            self.path = None
+            shape = "chain" if shape is None else shape
+            if shape not in NGRAM_SHAPES:
+                raise UserError(f"drafter: kind=ngram's shape must be chain or tree, got {shape!r}")
+            self.min = check_int("min", 1 if min is None else min, 1, 1 << 16)
+            self.max = check_int("max", 4 if max is None else max, 1, 1 << 16)
+            if self.min > self.max:
+                raise UserError(f"drafter: min = {self.min} exceeds max = {self.max}")
+        else:
+            given = [k for k, v in lengths.items() if v is not None]
+            if given:
+                raise UserError(f"drafter: {', '.join(given)} apply to kind=ngram only")
+            self.min = self.max = None
+            if not isinstance(path, (str, os.PathLike)):
+                what = "an EAGLE head folder" if kind == "eagle" else "a checkpoint folder"
+                raise UserError(f"drafter: path must be {what}, got {path!r}")
+            self.path = os.fspath(path)
+            shape = "best" if shape is None else shape
+            if shape not in SHAPES:
+                raise UserError(f"drafter: shape must be one of {', '.join(SHAPES)}, got {shape!r}")
         self.shape = shape
         self.temperature = check_positive("temperature", temperature)
         dyn = {"depth": depth, "topk": topk, "total": total}
@@ -104,45 +180,151 @@ class DraftModel(Policy):
         if self.depth is not None and self.topk + (self.depth - 1) * self.topk ** 2 > 1 << 26:
             raise UserError(f"drafter: depth * topk**2 = {self.depth * self.topk ** 2} "
                             "candidates exceeds the supported maximum 2**26")
-        ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
-        self._block = ck.block
-        self._vocab = ck.vocab_size
-        self._positions = ck.max_positions
-        self._sliding = ck.sliding_window
+        if kind == "eagle":
+            self._head = head_folder(self.path)
+        elif kind == "model" and not os.path.exists(shipped_checkpoint(self.path)):
+            raise UserError(f"drafter: checkpoint {self.path!r} not found")
+        self._ck = None
+
+    @property
+    def _checkpoint(self):
+        """The draft checkpoint packed for the numba kernel (kind=model on a numba target)."""
+        if self._ck is None:
+            self._ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
+        return self._ck
 
     def input_files(self) -> dict[str, str]:
-        return checkpoint_sha256(shipped_checkpoint(self.path))
+        if self.kind == "model":
+            return checkpoint_sha256(shipped_checkpoint(self.path))
+        if self.kind == "eagle":
+            return {os.path.abspath(os.path.join(self._head, f)): file_sha256(os.path.join(self._head, f))
+                    for f in sorted(os.listdir(self._head))
+                    if os.path.isfile(os.path.join(self._head, f))}
+        return {}
 
     def params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "shape": self.shape,
-                               "temperature": self.temperature}
+        out: dict[str, Any] = {}
+        if self.kind != "model":
+            out["kind"] = self.kind
+        if self.path is not None:
+            out["path"] = self.path
+        out["shape"] = self.shape
+        if self.kind == "ngram":
+            out.update(min=self.min, max=self.max)
+            return out
+        out["temperature"] = self.temperature
         if self.shape == "dynamic":
             out.update(depth=self.depth, topk=self.topk, total=self.total)
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # evaluators and the packed checkpoint stay behind: a worker rebuilds them
+        return {k: v for k, v in self.__dict__.items() if k not in ("_ck", "_memo")} | {"_ck": None}
 
     def check(self, spec) -> None:
         """The environment must be a transformer family that the draft can read."""
         if spec.kinds.size != 1 or int(spec.kinds[0]) != TRANSFORMER:
             raise UserError(f"{self!r}: the environment must be a transformer family "
                             "(transformer(path=...)), the model the draft is verified against")
+        if self.kind != "model":
+            raise UserError(f"{self!r}: kind={self.kind} needs a batched target: "
+                            "transformer(..., backend=numpy)")
+        ck = self._checkpoint
         vt = int(spec.data[int(spec.ipar[0, DATA_OFF]) + 1])
-        if vt != self._vocab:
-            raise UserError(f"{self!r}: the draft's vocabulary ({self._vocab} tokens) differs "
+        if vt != ck.vocab_size:
+            raise UserError(f"{self!r}: the draft's vocabulary ({ck.vocab_size} tokens) differs "
                             f"from the target's ({vt} tokens)")
         slots = int(spec.ipar[0, TF_SLOTS])
-        if slots > self._positions:
+        if slots > ck.max_positions:
             raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
-                            f"draft model's {self._positions} positions")
-        if self._sliding and slots > self._sliding:
+                            f"draft model's {ck.max_positions} positions")
+        if ck.sliding_window and slots > ck.sliding_window:
             raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
-                            f"draft model's sliding window of {self._sliding} tokens")
+                            f"draft model's sliding window of {ck.sliding_window} tokens")
+
+    # -- batched targets -----------------------------------------------------------------
+    def check_batched(self, family) -> None:
+        """Refuse a batched target this drafter cannot draft for (before any tree)."""
+        if not isinstance(family, Transformer) or not family.batched:
+            raise UserError(f"{self!r}: the environment must be a transformer family with a "
+                            "batched backend here")
+        ev = family.evaluator()
+        if self.kind == "eagle":
+            if not hasattr(ev, "context_features"):
+                raise UserError(f"{self!r}: kind=eagle reads the target's hidden states, which "
+                                f"backend={family.backend} does not give (use backend=numpy)")
+            self._drafter_state(family)            # builds the head: checks its sizes
+        elif self.kind == "model":
+            draft = self._drafter_state(family)
+            if draft.vocab_size != ev.vocab_size:
+                raise UserError(f"{self!r}: the draft's vocabulary ({draft.vocab_size} tokens) "
+                                f"differs from the target's ({ev.vocab_size} tokens)")
+
+    def _drafter_state(self, family):
+        """The draft evaluator or EAGLE head for ``family``'s target (built once)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        key = (id(family), self.kind)
+        if key not in memo:
+            ev = family.evaluator()
+            if self.kind == "eagle":
+                memo[key] = EagleHead(self._head, ev.embedding(), ev.lm_head(), dtype=family.dtype)
+            else:
+                draft = make_evaluator(self.path, family.backend, family.dtype, family.device)
+                memo[key] = draft if self.temperature == 1 else Tempered(draft, self.temperature)
+        return memo[key]
+
+    def draft_tree(self, family, context: np.ndarray, budget: int) -> DraftTree:
+        """The drafted tree of ``budget`` nodes below a root of context ``context``, in
+        rank order (the tree of budget P is its first P nodes)."""
+        if self.kind == "ngram":
+            if self.shape == "chain":
+                t = lookup_chain(context, budget, self.min, self.max)
+                return DraftTree(np.arange(-1, t.size - 1, dtype=np.int64), t, np.zeros(t.size))
+            p, t = lookup_tree(context, budget, self.min, self.max)
+            return DraftTree(p, t, np.zeros(t.size))
+        draft = self._drafter_state(family)
+        if self.kind == "eagle":
+            ev = family.evaluator()
+            root = draft.start(context, ev.context_features(context))
+            if self.temperature != 1:
+                root = tempered(root, self.temperature)
+                draft = Tempered(draft, self.temperature)
+        else:
+            root = draft.start(context)
+        if self.shape == "best":
+            return best_first(draft, root, budget)
+        if self.shape == "chain":
+            return greedy_chain(draft, root, budget)
+        total = budget if self.total is None else min(budget, self.total)
+        return dynamic(draft, root, self.depth, self.topk, total)
+
+    def run_batched(self, family, budgets: np.ndarray, key: np.uint64, first: int, count: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """X, E[X | T] and the depth of the drafted trees of iterations first .. first +
+        count - 1 on a batched target (:meth:`Transformer.batched_trees`' roots)."""
+        self.check_batched(family)
+        ev = family.evaluator()
+        acc, exp, dep = new_outputs(budgets.size, count)
+        for j in range(count):
+            it = first + j
+            ctx = family.root_context(key, it)
+            tree = self.draft_tree(family, ctx, int(budgets[-1]))
+            sc = score_tree(ev, ctx, tree.parents, tree.tokens, family.temperature,
+                            root_key=int(root_key(np.uint64(key), np.uint64(it))))
+            n = sc.path_prob.size
+            cut = np.minimum(budgets, n)
+            acc[:, j] = np.concatenate([[0], np.cumsum(sc.onpath, dtype=np.int64)])[cut]
+            exp[:, j] = np.concatenate([[0.0], np.cumsum(sc.path_prob)])[cut]
+            dep[:, j] = np.concatenate([[0], np.maximum.accumulate(sc.depth)])[cut] if n else 0
+        return acc, exp, dep
 
     def run_roots(self, spec, budgets, roots):
         self.check(spec)
-        dcap = int(head_width(self._block, 0, int(spec.ipar[0, TF_SLOTS])))
+        ck = self._checkpoint
+        dcap = int(head_width(ck.block, 0, int(spec.ipar[0, TF_SLOTS])))
         acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
         env = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
-               roots.keys, roots.mode, roots.ci, roots.cf, roots.head, self._block,
+               roots.keys, roots.mode, roots.ci, roots.cf, roots.head, ck.block,
                1.0 / self.temperature, dcap)
         if self.shape == "best":
             visited = _k.best_chunk(*env, budgets, start_threshold(budgets[-1]), acc, exp, dep)[0]

@@ -509,10 +509,14 @@ def _with_policies(block: Block, policies: list[str] | None) -> Block:
         raise UserError(f"sweep.family[{block.index}]: {block.n_points} points x {len(policies)} "
                         f"policies take the sweep above the maximum {MAX_POINTS} points")
     parsed = [parse_policy(p) for p in policies]
+    optimal = repr(parse_policy("optimal()"))
     for family in block.families:          # as simulate() does, before anything is written
         for text, policy in zip(policies, parsed):
             try:
-                policy.check(family.spec())
+                if not getattr(family, "batched", False):
+                    policy.check(family.spec())
+                elif repr(policy) != optimal:
+                    policy.check_batched(family)
             except UserError as exc:
                 raise UserError(f"sweep.family[{block.index}] {family!r} with policy {text}: "
                                 f"{exc}") from None

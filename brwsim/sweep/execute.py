@@ -140,12 +140,16 @@ def _tasks(cfg: SweepConfig, shards: Path, raw: bool) -> Iterator[Task]:
                          str(shards / shard_name(p.index, THEORY_CHUNK)), cfg.hash,
                          inputs[p.index], driver)
     for p in points:
-        spec, key = p.family.spec(), int(cfg.point_key(p.index))
+        batched = getattr(p.family, "batched", False)   # a real model's batched backend
+        if batched and p.block.batch(p.local) > 1:
+            raise UserError(f"{p.family!r}: batch > 1 is not supported with "
+                            f"backend={p.family.backend}")
+        spec, key = (None if batched else p.family.spec()), int(cfg.point_key(p.index))
         for chunk, first, count in cfg.chunks():
             yield ChunkTask(p.index, chunk, first, count, key, cfg.budgets, spec,
                             str(shards / shard_name(p.index, chunk)), cfg.hash, raw,
                             p.block.batch(p.local), p.block.policy(p.local), inputs[p.index],
-                            driver)
+                            driver, p.family if batched else None)
 
 
 def point_input_map(cfg: SweepConfig) -> dict[int, str]:
@@ -217,8 +221,8 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
 
 def _warm_numba(tasks: list[Task]) -> None:
     """Compile (or load from numba's cache) the kernel once here, before fanning out."""
-    task = next((t for t in tasks if isinstance(t, ChunkTask)), None)
-    if task is not None:
+    task = next((t for t in tasks if isinstance(t, ChunkTask) and t.spec is not None), None)
+    if task is not None:                 # (a batched backend compiles nothing)
         run_iterations(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1)
     task = next((t for t in tasks if isinstance(t, ChunkTask) and t.batch > 1), None)
     if task is not None:

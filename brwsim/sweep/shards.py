@@ -20,6 +20,7 @@ unless the sweep is summary-only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -140,6 +141,9 @@ class ChunkTask:
     driver : str
         :func:`brwsim.interrupt.driver_tag` of the sweep's driver: a worker process
         ignores SIGINT and ends when that process is gone (:func:`brwsim.interrupt.worker_guard`).
+    family : Family or None
+        A family whose trees a batched backend builds (``transformer(backend=numpy|torch)``;
+        ``spec`` is None then): the worker evaluates it, loading its model once per process.
     """
 
     point: int
@@ -148,7 +152,7 @@ class ChunkTask:
     count: int
     key: int
     budgets: np.ndarray
-    spec: Spec
+    spec: Spec | None
     path: str
     config_hash: str
     raw: bool
@@ -156,6 +160,7 @@ class ChunkTask:
     policy: str = ""
     inputs: str = ""
     driver: str = ""
+    family: Family | None = None
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,13 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
         write_netcdf_atomic(_theory_dataset(task), task.path, clean=False)
         return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
                           running_code())
-    if task.policy and task.policy != repr(Optimal()) and task.batch == 1:
+    if task.family is not None:
+        pol = parse_policy(task.policy) if task.policy else Optimal()
+        run = (task.family.batched_trees if repr(pol) == repr(Optimal())
+               else functools.partial(pol.run_batched, task.family))
+        acc, exp, dep = run(task.budgets, np.uint64(task.key), task.first, task.count)
+        acc_s, exp_s, visited = acc, exp, 0
+    elif task.policy and task.policy != repr(Optimal()) and task.batch == 1:
         acc, exp, dep = run_policy(parse_policy(task.policy), task.spec, task.budgets,
                                    np.uint64(task.key), task.first, task.count)
         acc_s, exp_s, visited = acc, exp, 0

@@ -158,8 +158,8 @@ def test_family_answer_contexts_run(ckpts):
                       backend="numpy", answer=4)
     ds = simulate(fam, [1, 8], 2, seed=1)
     assert ds.expected_accepted.shape == (2, 2) and np.all(ds.expected_accepted.values > 0)
-    assert fam.root_context(1, 0)[:5].tolist() == list(b"Hello")
-    assert fam.root_context(1, 4)[:7].tolist() == list(b"General")
+    assert fam.root_context(seed_key(1), 0)[:5].tolist() == list(b"Hello")
+    assert fam.root_context(seed_key(1), 4)[:7].tolist() == list(b"General")
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -187,7 +187,7 @@ def test_torch_missing_names_the_extra(ckpts, monkeypatch):
 
 def test_batched_runs_refuse_policies_and_batches(ckpts):
     fam = Transformer(ckpts["gpt2"], prompts=["Hi"], backend="numpy")
-    with pytest.raises(UserError, match="optimal tree only"):
+    with pytest.raises(UserError, match="not available with backend=numpy"):
         simulate(fam, [4], 1, policies=["chain()"])
     with pytest.raises(UserError, match="batch > 1"):
         simulate(fam, [4], 1, batch=2)

@@ -16,9 +16,15 @@ from brwsim.errors import UserError
 D, FF, NH, NKV, V = 16, 24, 4, 2, 40
 
 
-def write_head(folder: Path, seed: int = 0, draft_vocab=None) -> Path:
+def write_head(folder: Path, seed: int = 0, draft_vocab=None, *, d=None, v=None) -> Path:
+    """A random head of hidden size ``d`` (default D) over a vocabulary of ``v`` (default V)."""
     from safetensors.numpy import save_file
 
+    D_, V_ = D if d is None else d, V if v is None else v
+    return _write_head(folder, seed, draft_vocab, D_, V_, save_file)
+
+
+def _write_head(folder, seed, draft_vocab, D, V, save_file):
     rng = np.random.default_rng(seed)
     hd = D // NH
     w = {"fc.weight": rng.normal(0, 0.3, (D, 2 * D)),
