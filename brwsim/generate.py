@@ -24,7 +24,8 @@ from brwsim.families.base import Family
 from brwsim.families.empirical import Empirical
 from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
-from brwsim.kernels.rng import root_key
+from brwsim.backends.rounds import tempered
+from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
@@ -70,16 +71,22 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     tokens = check_int("tokens", tokens, 1)
     check_work_size(float(tokens) * 32, f"generate: {tokens} tokens",      # 5 arrays of width tokens
                     "generate fewer tokens")
-    spec = family.spec()
-    if policy is not None:
-        policy.check(spec)
+    batched = getattr(family, "batched", False)
+    spec = None if batched else family.spec()
+    if policy is not None and not isinstance(policy, Optimal):
+        policy.check_batched(family) if batched else policy.check(spec)
     width = int(tokens)                      # at least one token per call
     acc = np.empty((1, width), np.int32)
     exp = np.empty((1, width))
     dep = np.empty((1, width), np.int32)
     ci = np.empty(width, np.int64)
     cf = np.empty(width)
-    if policy is None or isinstance(policy, Optimal):
+    if batched:
+        if isinstance(policy, Optimal) and policy.depth_cap is not None:
+            raise UserError(f"{policy!r}: a depth cap is not available with backend={family.backend}")
+        calls = _batched_run(family, policy, b, seed_key(seed), run, tokens, acc, exp, dep, ci)
+        cf[:calls] = 0.0
+    elif policy is None or isinstance(policy, Optimal):
         cap = (policy or Optimal()).depth_cap
         calls = generation_run(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
                                spec.head_cap, seed_key(seed), run, b, cap, tokens, acc, exp, dep,
@@ -104,6 +111,41 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
     ds.attrs["calls"] = calls
     ds.attrs["tokens_produced"] = produced
     return ds
+
+
+def _batched_run(family, policy, budgets, key, run, tokens, acc, exp, dep, ci_out) -> int:
+    """A generation run on a batched target (a real model): each call's tree below the
+    current context, then the context grows by the X accepted tokens and the target's own
+    next token, sampled with the keyed uniform of the node where its path left the tree
+    (the argmax at T = 0); that node's child is the next root, so the run is a function of
+    (seed, run). ``root_context`` records each call's context length."""
+    ctx = family.root_context(key, run)
+    rkey = np.uint64(root_key(key, np.uint64(run)))
+    ev = family.evaluator()
+    produced = calls = 0
+    while produced < tokens and calls < acc.shape[1]:
+        res = (family.optimal_at(ctx, int(rkey), budgets) if policy is None or isinstance(policy, Optimal)
+               else policy.tree_at(family, ctx, int(rkey), budgets))
+        x = int(res.accepted[-1])
+        acc[0, calls], exp[0, calls], dep[0, calls] = x, res.expected[-1], res.depth[-1]
+        ci_out[calls] = ctx.size
+        for r in res.path_ranks[:x]:
+            rkey = np.uint64(child_key(rkey, np.uint64(r)))
+        ctx = np.concatenate([ctx, res.path_tokens[:x]]).astype(np.int64)
+        lp = ev.start(ctx)                  # the node where the path left the tree
+        if family.temperature == 0:
+            r, tok = 0, int(np.flatnonzero(lp == lp.max())[0])
+        else:
+            lq = tempered(lp[None, :], family.beta)[0]
+            order = np.lexsort((np.arange(lq.size), -lq))
+            cum = np.cumsum(np.exp(lq[order]))
+            r = min(int(np.searchsorted(cum, unit(np.uint64(purpose_key(rkey, PATH)), 0))), lq.size - 1)
+            tok = int(order[r])
+        rkey = np.uint64(child_key(rkey, np.uint64(r)))
+        ctx = np.append(ctx, tok)[-(ev.max_positions - 64):]
+        produced += x + 1
+        calls += 1
+    return calls
 
 
 def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, cf_out) -> int:

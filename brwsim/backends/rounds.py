@@ -32,7 +32,7 @@ from brwsim.backends.base import TreeEvaluator
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.select import TIE_REL
 
-__all__ = ["RoundsTree", "optimal_tree", "score_budgets", "tempered"]
+__all__ = ["RoundsTree", "RootResult", "optimal_tree", "score_budgets", "tempered"]
 
 #: Largest number of nodes one round evaluates.
 ROUND_MAX = 128
@@ -253,6 +253,26 @@ def optimal_tree(ev: TreeEvaluator, context: np.ndarray, p_max: int, root_key: i
                       np.array([nodes[i].path[-1] for i in sel], np.int64),
                       np.array(parents, np.int64), len(nodes), rounds,
                       float(nodes[sel[-1]].s) if sel else math.nan)
+
+
+class RootResult(NamedTuple):
+    """One root's trees (optimal or drafted) scored for every budget, and the target's
+    sampled path inside the largest one (what a generation run advances along).
+
+    Attributes
+    ----------
+    accepted, expected, depth : numpy.ndarray
+        X_P, E[X | T_P] and the depth of the tree of each budget, shape (len(budgets),).
+    path_tokens, path_ranks : numpy.ndarray
+        int64 tokens and target ranks of the sampled path's nodes inside the tree of the
+        largest budget, in depth order.
+    """
+
+    accepted: np.ndarray
+    expected: np.ndarray
+    depth: np.ndarray
+    path_tokens: np.ndarray
+    path_ranks: np.ndarray
 
 
 def score_budgets(tree: RoundsTree, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

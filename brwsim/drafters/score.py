@@ -50,12 +50,16 @@ class TreeScore(NamedTuple):
     onpath : numpy.ndarray or None
         int8 per drafted node: 1 on the target's sampled path (T > 0, ``root_key`` given)
         or on its argmax path (T = 0); None when not asked for.
+    path_ranks : numpy.ndarray or None
+        int64 target rank of each ``onpath`` node in depth order (their node keys are
+        ``child_key`` folds of these from the root's); None with ``onpath``.
     """
 
     path_prob: np.ndarray
     depth: np.ndarray
     expected_accepted: float
     onpath: np.ndarray | None = None
+    path_ranks: np.ndarray | None = None
 
 
 def tempered(logprobs: np.ndarray, temperature: float) -> np.ndarray:
@@ -75,14 +79,16 @@ def _check_tree(parents: np.ndarray, tokens: np.ndarray, vocab: int) -> None:
 
 
 def _sampled_path(root_lq: np.ndarray, lqs: np.ndarray, row: np.ndarray, parents: np.ndarray,
-                  tokens: np.ndarray, root_key: int) -> np.ndarray:
-    """int8 flags of the drafted nodes on the target's sampled path (module docstring);
-    ``root_lq``/``lqs`` are the tempered log-probabilities at the root and at the internal
-    nodes (``row[v]`` is v's row, -1 for a leaf)."""
+                  tokens: np.ndarray, root_key: int) -> tuple[np.ndarray, np.ndarray]:
+    """int8 flags of the drafted nodes on the target's sampled path (module docstring) and
+    their target ranks in depth order; ``root_lq``/``lqs`` are the tempered
+    log-probabilities at the root and at the internal nodes (``row[v]`` is v's row, -1
+    for a leaf)."""
     children: dict[tuple[int, int], int] = {}
     for i in range(tokens.size):
         children.setdefault((int(parents[i]), int(tokens[i])), i)
     on = np.zeros(tokens.size, np.int8)
+    ranks: list[int] = []
     node, key, lq = -1, np.uint64(root_key), root_lq
     while True:
         order = np.lexsort((np.arange(lq.size), -lq))
@@ -95,10 +101,11 @@ def _sampled_path(root_lq: np.ndarray, lqs: np.ndarray, row: np.ndarray, parents
         if child is None:
             break
         on[child] = 1
+        ranks.append(r)
         if row[child] < 0:                           # a leaf: the path leaves the tree
             break
         node, key, lq = child, np.uint64(child_key(key, np.uint64(r))), lqs[row[child]]
-    return on
+    return on, np.array(ranks, np.int64)
 
 
 def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarray,
@@ -149,15 +156,18 @@ def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarra
             on_parent = 1.0 if p < 0 else path[p]
             arg = root_best if p < 0 else int(best[row[p]])
             path[i] = on_parent if tokens[i] == arg else 0.0
-        return TreeScore(path, depth, float(path.sum()), (path > 0).astype(np.int8))
+        on = (path > 0).astype(np.int8)
+        return TreeScore(path, depth, float(path.sum()), on, np.zeros(int(on.sum()), np.int64))
     root_t = tempered_rows(root_lp[None, :], 1.0 / temperature)[0]
     lps_t = tempered_rows(lps, 1.0 / temperature) if ids.size else lps
     for i in range(n):
         p = parents[i]
         lq = root_t[tokens[i]] if p < 0 else lps_t[row[p], tokens[i]]
         path[i] = (1.0 if p < 0 else path[p]) * np.exp(np.float64(lq))
-    on = None if root_key is None else _sampled_path(root_t, lps_t, row, parents, tokens, root_key)
-    return TreeScore(path, depth, float(path.sum()), on)
+    if root_key is None:
+        return TreeScore(path, depth, float(path.sum()))
+    on, ranks = _sampled_path(root_t, lps_t, row, parents, tokens, root_key)
+    return TreeScore(path, depth, float(path.sum()), on, ranks)
 
 
 def greedy_accepted(score: TreeScore) -> int:

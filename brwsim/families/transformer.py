@@ -37,7 +37,8 @@ from brwsim.kernels.rng import REGIME, purpose_key, root_key, unit
 from brwsim.kernels.transformer import head_width, transformer_logits
 from brwsim.backends.numpyforward import NumpyEvaluator
 from brwsim.backends.contexts import AnswerRoots
-from brwsim.backends.rounds import optimal_tree, score_budgets
+from brwsim.backends.rounds import RootResult, optimal_tree, score_budgets
+from brwsim.drafters.shapes import greedy_chain
 
 __all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "make_evaluator",
            "shipped_checkpoint"]
@@ -528,23 +529,36 @@ class Transformer(RootSampled, Family):
         if self.temperature == 0:       # the argmax chain: X = E[X | T_P] = depth = P
             col = np.asarray(budgets)[:, None].repeat(count, 1)
             return col.astype(np.int32), col.astype(np.float64), col.astype(np.int32)
-        ev = self.evaluator()
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
         acc = np.empty((budgets.size, count), np.int32)
         exp = np.empty((budgets.size, count))
         dep = np.empty((budgets.size, count), np.int32)
         for j in range(count):
             it = first + j
-            ctx = self.root_context(key, it)
-            # (the last root's T_P threshold sets the next one's rounds: the work, not the tree)
-            tree = optimal_tree(ev, ctx, int(budgets[-1]), int(root_key(np.uint64(key), np.uint64(it))),
-                                self.beta, t_start=memo.get("t_next"))
-            memo["t_next"] = tree.t_end
-            if tree.pos.size < budgets[-1]:
-                raise UserError(f"fewer than P = {int(budgets[-1])} nodes of positive path "
-                                f"probability exist below root {it}")
-            acc[:, j], exp[:, j], dep[:, j] = score_budgets(tree, budgets)
+            res = self.optimal_at(self.root_context(key, it), int(root_key(np.uint64(key), np.uint64(it))),
+                                  budgets)
+            acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
         return acc, exp, dep
+
+    def optimal_at(self, context: np.ndarray, rkey: int, budgets: np.ndarray) -> RootResult:
+        """The optimal trees of every budget below a root of context ``context`` and key
+        ``rkey``, built in rounds (at T = 0: the argmax chain), with the sampled path."""
+        budgets = np.asarray(budgets, np.int64)
+        p_max = int(budgets[-1])
+        ev = self.evaluator()
+        if self.temperature == 0:       # the argmax chain: X = E[X | T_P] = depth = P
+            chain = greedy_chain(ev, ev.start(context), p_max).tokens
+            return RootResult(budgets.astype(np.int32), budgets.astype(np.float64),
+                              budgets.astype(np.int32), chain, np.zeros(chain.size, np.int64))
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        # (the last root's T_P threshold sets the next one's rounds: the work, not the tree)
+        tree = optimal_tree(ev, context, p_max, rkey, self.beta, t_start=memo.get("t_next"))
+        memo["t_next"] = tree.t_end
+        if tree.pos.size < p_max:
+            raise UserError(f"fewer than P = {p_max} nodes of positive path probability exist "
+                            "below a root")
+        on = np.flatnonzero(tree.onpath)
+        on = on[np.argsort(tree.depth[on], kind="stable")]
+        return RootResult(*score_budgets(tree, budgets), tree.tokens[on], tree.ranks[on])
 
     # -- text <-> tokens ---------------------------------------------------------------
     def encode(self, text: str) -> np.ndarray:

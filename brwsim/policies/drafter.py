@@ -20,6 +20,7 @@ from brwsim.families.base import check_int, check_positive
 from brwsim.families.checkpoint import load_checkpoint
 from brwsim.families.transformer import Transformer, checkpoint_sha256, make_evaluator, shipped_checkpoint
 from brwsim.io import file_sha256
+from brwsim.backends.rounds import RootResult
 from brwsim.kernels.rng import root_key
 from brwsim.kernels import drafter as _k
 from brwsim.kernels.dist import DATA_OFF, TRANSFORMER
@@ -303,20 +304,30 @@ class DraftModel(Policy):
         """X, E[X | T] and the depth of the drafted trees of iterations first .. first +
         count - 1 on a batched target (:meth:`Transformer.batched_trees`' roots)."""
         self.check_batched(family)
-        ev = family.evaluator()
         acc, exp, dep = new_outputs(budgets.size, count)
         for j in range(count):
             it = first + j
-            ctx = family.root_context(key, it)
-            tree = self.draft_tree(family, ctx, int(budgets[-1]))
-            sc = score_tree(ev, ctx, tree.parents, tree.tokens, family.temperature,
-                            root_key=int(root_key(np.uint64(key), np.uint64(it))))
-            n = sc.path_prob.size
-            cut = np.minimum(budgets, n)
-            acc[:, j] = np.concatenate([[0], np.cumsum(sc.onpath, dtype=np.int64)])[cut]
-            exp[:, j] = np.concatenate([[0.0], np.cumsum(sc.path_prob)])[cut]
-            dep[:, j] = np.concatenate([[0], np.maximum.accumulate(sc.depth)])[cut] if n else 0
+            res = self.tree_at(family, family.root_context(key, it),
+                               int(root_key(np.uint64(key), np.uint64(it))), budgets)
+            acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
         return acc, exp, dep
+
+    def tree_at(self, family, context: np.ndarray, rkey: int, budgets: np.ndarray) -> RootResult:
+        """The drafted trees of every budget below a root of context ``context`` and key
+        ``rkey`` on a batched target, scored, with the target's sampled path in them."""
+        budgets = np.asarray(budgets, np.int64)
+        tree = self.draft_tree(family, context, int(budgets[-1]))
+        sc = score_tree(family.evaluator(), context, tree.parents, tree.tokens,
+                        family.temperature, root_key=rkey)
+        n = sc.path_prob.size
+        cut = np.minimum(budgets, n)
+        acc = np.concatenate([[0], np.cumsum(sc.onpath, dtype=np.int64)])[cut].astype(np.int32)
+        exp = np.concatenate([[0.0], np.cumsum(sc.path_prob)])[cut]
+        dep = (np.concatenate([[0], np.maximum.accumulate(sc.depth)])[cut] if n
+               else np.zeros(budgets.size, np.int64)).astype(np.int32)
+        on = np.flatnonzero(sc.onpath)
+        on = on[np.argsort(sc.depth[on], kind="stable")]
+        return RootResult(acc, exp, dep, tree.tokens[on], sc.path_ranks)
 
     def run_roots(self, spec, budgets, roots):
         self.check(spec)

@@ -235,3 +235,22 @@ max = 3
         got = ds["expected_accepted"].sel(policy=repr(pol)).transpose("budget", "iteration").values
         assert np.abs(got - want[1]).max() < 1e-12
         assert np.abs(want[1]).max() > 0
+
+
+def test_generation_runs_on_a_batched_target(ckpt):
+    """generate() on a real-model backend: the target as its own best-first draft gives
+    the optimal run call for call (same trees, same sampled path, same next roots); at
+    T = 0 every call accepts its whole chain, P + 1 tokens a call."""
+    from brwsim.generate import generate
+
+    fam = _family(ckpt)
+    opt = generate(fam, None, budget=6, tokens=40, seed=2)
+    own = generate(fam, f"drafter(path='{ckpt}')", budget=6, tokens=40, seed=2)
+    assert np.array_equal(opt.accepted.values, own.accepted.values)
+    assert np.abs(opt.expected_accepted.values - own.expected_accepted.values).max() < 1e-9
+    ctx = opt.root_context.values
+    assert np.array_equal(np.diff(ctx), opt.accepted.values[:-1] + 1)   # contexts grow by X + 1
+    assert opt.attrs["tokens_per_call"] > 1
+    greedy = generate(_family(ckpt, temperature=0), f"drafter(path='{ckpt}', shape=chain)",
+                      budget=3, tokens=20, seed=0)
+    assert np.all(greedy.accepted.values == 3) and greedy.attrs["tokens_per_call"] == 4
