@@ -25,8 +25,7 @@ from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
 from brwsim.kernels.lstm import LSTM_BETA, LSTM_CARRY
 from brwsim.kernels.lstm import HDR, head_width, lstm_probs
-from brwsim.kernels.rng import REGIME, purpose_key, unit
-from brwsim.keys import node_key
+from brwsim.keys import seed_key
 from brwsim.validate import check_input_file, echo
 
 __all__ = ["CharLSTM", "SHIPPED", "WINDOW", "META_TOKEN"]
@@ -299,22 +298,17 @@ class CharLSTM(RootSampled, Family):
 
     def root_window(self, seed: int, iteration: int) -> np.ndarray:
         """The 40 classes of the root of ``iteration`` (as the kernel draws them)."""
-        n_roots = self._roots.size - WINDOW + 1
-        rk = np.uint64(purpose_key(np.uint64(node_key(seed, iteration, ())), REGIME))
-        i = min(int(unit(rk, 0) * n_roots), n_roots - 1)
-        return self._roots[i:i + WINDOW].copy()
+        return self._window_at(seed_key(seed), iteration, WINDOW)
 
     def path_classes(self, seed: int, iteration: int, path: Any = ()) -> np.ndarray:
         """Classes at a node: the root's window, then the classes of the path's ranks."""
-        seq = list(self.root_window(seed, iteration))
-        for r in path:
-            r = int(r)
-            if not 0 <= r < self.vocab_size:
-                raise UserError(f"rank {r} is outside the vocabulary 0..{self.vocab_size - 1}")
-            p = self.probs(self.context(seq))[1:]
-            order = np.lexsort((np.arange(p.size), -p))
-            seq.append(int(order[r]) + 1)
-        return np.array(seq, dtype=np.int64)
+        return self._walk_ranks(self.root_window(seed, iteration), path)
+
+    #: Ranked classes are 1.. (class 0 is padding, never a node).
+    _TOKEN_OFFSET = 1
+
+    def _ranked_probs(self, seq: list[int]) -> np.ndarray:
+        return self.probs(self.context(seq))[1:]
 
     def context(self, classes: Any) -> np.ndarray:
         """What the network reads at the node whose classes (root window + path) are given.
@@ -342,13 +336,7 @@ class CharLSTM(RootSampled, Family):
                           data=self._block, head_cap=self._head_cap)]
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:
-        if self._cprog is None:
-            n = self._roots.size
-            cprog = np.concatenate([[K.CTX_LSTM, self.vocab_size, WINDOW, n - WINDOW + 1, n],
-                                    self._roots]).astype(np.float64)
-            cprog.setflags(write=False)
-            self._cprog = cprog
-        return self._cprog
+        return self._stream_program(WINDOW)
 
     # -- stationary-like marginal ----------------------------------------------------------
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:

@@ -1,15 +1,20 @@
-"""Spine laws and moments of a neural environment, from the whole distributions of drawn roots.
+"""What the neural environments share: roots drawn from a token stream, paths walked by
+rank, and spine laws and moments from the whole distributions of drawn roots.
 
 Neural families (``charlstm``, ``transformer``) cost a forward pass per distribution, so
 their root marginal is summarised once per instance from ``ROOT_SAMPLES`` drawn roots
 (:meth:`~brwsim.families.Family.sample_full`, exact atoms of each) rather than by the
-generic numba sampler.
+generic numba sampler. Their roots are windows of one token stream (``self._roots``),
+drawn as the kernels' ``CTX_LSTM`` context program draws them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from brwsim.errors import UserError
+from brwsim.kernels import dist as K
+from brwsim.kernels.rng import REGIME, purpose_key, root_key, unit
 from brwsim.theory.laws import BatchedAtoms, Moments, SpineSteps
 
 __all__ = ["RootSampled", "ROOT_SAMPLES"]
@@ -22,11 +27,54 @@ class RootSampled:
     """Mixin: ``spine_law`` and ``moments`` of a family's root marginal from drawn roots.
 
     The family sets ``_ROOT_SPAWN`` (the spawn key of its root draws) and implements
-    ``sample_full``.
+    ``sample_full``. A family whose roots are windows of a token stream keeps the stream
+    in ``_roots`` (read-only int64) and uses :meth:`_window_at`, :meth:`_stream_program`
+    and :meth:`_walk_ranks`; it sets ``_TOKEN_OFFSET`` (its token ids are the ranked
+    class ids plus this) and implements ``_ranked_probs`` for the walk.
     """
 
     _ROOT_SPAWN = 0
     _root_count = ROOT_SAMPLES
+    _TOKEN_OFFSET = 0
+
+    # -- roots drawn from a token stream -----------------------------------------------------
+    def _window_at(self, key, iteration: int, width: int) -> np.ndarray:
+        """The ``width`` tokens of the root of ``iteration`` in the run of 64-bit seed key
+        ``key``: the window starting at a position drawn uniformly (the root key's
+        ``REGIME`` uniform), as the kernels draw it."""
+        n_roots = self._roots.size - width + 1
+        rk = np.uint64(purpose_key(np.uint64(root_key(np.uint64(key), np.uint64(iteration))), REGIME))
+        i = min(int(unit(rk, 0) * n_roots), n_roots - 1)
+        return self._roots[i:i + width].copy()
+
+    def _stream_program(self, width: int) -> np.ndarray:
+        """The kernels' ``CTX_LSTM`` context program over ``_roots`` with root windows of
+        ``width`` tokens (built once)."""
+        cprog = self.__dict__.get("_cprog")
+        if cprog is None:
+            n = self._roots.size
+            cprog = np.concatenate([[K.CTX_LSTM, self.vocab_size, width, n - width + 1, n],
+                                    self._roots]).astype(np.float64)
+            cprog.setflags(write=False)
+            self._cprog = cprog
+        return cprog
+
+    def _walk_ranks(self, start: np.ndarray, path) -> np.ndarray:
+        """``start``'s tokens, then at each node the token of the next rank of ``path``
+        (ranks by ``_ranked_probs`` descending, ties by ascending id)."""
+        seq = [int(t) for t in start]
+        for r in path:
+            r = int(r)
+            if not 0 <= r < self.vocab_size:
+                raise UserError(f"rank {r} is outside the vocabulary 0..{self.vocab_size - 1}")
+            p = self._ranked_probs(seq)
+            order = np.lexsort((np.arange(p.size), -p))
+            seq.append(int(order[r]) + self._TOKEN_OFFSET)
+        return np.array(seq, dtype=np.int64)
+
+    def _ranked_probs(self, seq: list[int]) -> np.ndarray:
+        """The distribution over ranked tokens at the node whose tokens are ``seq``."""
+        raise NotImplementedError
 
     def _root_rows(self, n: int, seed: int) -> np.ndarray:
         """Whole sorted distributions of ``n`` uniformly drawn roots (cached)."""

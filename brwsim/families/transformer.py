@@ -33,7 +33,7 @@ from brwsim.io import file_sha256
 from brwsim.families.rootsampled import RootSampled
 from brwsim.kernels import dist as K
 from brwsim.kernels.transformer import TF_BETA, TF_CARRY, TF_SLOTS, TF_WINDOW
-from brwsim.kernels.rng import REGIME, purpose_key, root_key, unit
+from brwsim.kernels.rng import root_key
 from brwsim.kernels.transformer import head_width, transformer_logits
 from brwsim.backends.numpyforward import NumpyEvaluator
 from brwsim.backends.contexts import AnswerRoots
@@ -600,10 +600,7 @@ class Transformer(RootSampled, Family):
 
     def _window_root(self, key: np.uint64, iteration: int) -> np.ndarray:
         """The window of the root of ``iteration`` in the run of seed key ``key``."""
-        n_roots = self._roots.size - self._root_w + 1
-        rk = np.uint64(purpose_key(np.uint64(root_key(np.uint64(key), np.uint64(iteration))), REGIME))
-        i = min(int(unit(rk, 0) * n_roots), n_roots - 1)
-        return self._roots[i:i + self._root_w].copy()
+        return self._window_at(key, iteration, self._root_w)
 
     def context(self, tokens: Any) -> np.ndarray:
         """What the network reads at the node whose tokens (root window + path) are given.
@@ -623,15 +620,10 @@ class Transformer(RootSampled, Family):
 
     def path_tokens(self, seed: int, iteration: int, path: Any = ()) -> np.ndarray:
         """Tokens at a node: the root's window, then the tokens of the path's ranks."""
-        seq = list(self.root_tokens(seed, iteration))
-        for r in path:
-            r = int(r)
-            if not 0 <= r < self.vocab_size:
-                raise UserError(f"rank {r} is outside the vocabulary 0..{self.vocab_size - 1}")
-            p = self.probs(self.context(seq))
-            order = np.lexsort((np.arange(p.size), -p))
-            seq.append(int(order[r]))
-        return np.array(seq, dtype=np.int64)
+        return self._walk_ranks(self.root_tokens(seed, iteration), path)
+
+    def _ranked_probs(self, seq: list[int]) -> np.ndarray:
+        return self.probs(self.context(seq))
 
     # -- numba form ----------------------------------------------------------------------
     def components(self, beta: float = 1.0) -> list[Component]:
@@ -641,14 +633,7 @@ class Transformer(RootSampled, Family):
                           ipar={TF_SLOTS: self._slots}, data=self._block, head_cap=self._numba_head_cap())]
 
     def context_program(self, beta: float = 1.0) -> np.ndarray:
-        if self._cprog is None:
-            n = self._roots.size
-            w = self._root_w
-            cprog = np.concatenate([[K.CTX_LSTM, self.vocab_size, w, n - w + 1, n],
-                                    self._roots]).astype(np.float64)
-            cprog.setflags(write=False)
-            self._cprog = cprog
-        return self._cprog
+        return self._stream_program(self._root_w)
 
     # -- stationary-like marginal ----------------------------------------------------------
     def sample_full(self, rng: np.random.Generator, beta: float = 1.0) -> np.ndarray:
