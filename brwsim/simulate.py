@@ -201,7 +201,7 @@ def _simulate_rounds(family: Family, b: np.ndarray, iterations: int, seed: int,
     # greedy decoding (T = 0): X = P for the optimal tree, no renewal theory to compare
     ds = make_dataset(family, b, acc, exp, dep, config, seed, command,
                       policies=None if policies is None else [repr(p) for p in pols],
-                      theory=family.temperature > 0)
+                      theory=True)
     return _with_policy_inputs(ds, pols)
 
 

@@ -531,3 +531,31 @@ def test_real_config_and_tensors_equal_transformers_gguf_load(path):
         cfg["rope_parameters"]["full_attention"]["rope_theta"]
     assert m.config["rope_theta"] == theta
     assert m.config["model_type"] == cfg["model_type"]
+
+
+@pytest.mark.slow
+def test_smollm2_numpy_float64_equals_transformers_float64_up_to_1024_tokens(monkeypatch):
+    """brwsim's batched numpy backend in float64 on the real SmolLM2 GGUF, 20 contexts of
+    24 .. 1,024 tokens of HumanEval text, against transformers in true float64:
+    log-probabilities to 1e-9."""
+    if not SMOLLM2.is_file():
+        pytest.skip("SmolLM2 GGUF not here")
+    from brwsim.backends.numpyforward import NumpyEvaluator
+    from brwsim.families.checkpoint import TensorMap, open_checkpoint
+    from brwsim.prompts import load_prompts
+
+    torch, model = _float64_transformers(monkeypatch, SMOLLM2)
+    config, tensors = open_checkpoint(str(SMOLLM2))
+    ev = NumpyEvaluator(config, TensorMap(tensors), "float64")
+    fam = Transformer(str(SMOLLM2), prompt="x")
+    text = "\n".join(c[0]["content"] for c in load_prompts("humaneval")[:40])
+    stream = fam.encode(text)
+    worst = 0.0
+    for i, n in enumerate(np.linspace(24, 1024, 20).astype(int)):
+        toks = stream[37 * i:37 * i + n]
+        assert toks.size == n
+        ours = ev.start(toks)
+        with torch.no_grad():
+            ref = torch.log_softmax(model(torch.as_tensor(toks[None])).logits[0, -1].double(), -1)
+        worst = max(worst, float(np.max(np.abs(ours - ref.numpy()))))
+    assert worst < 1e-9, worst
