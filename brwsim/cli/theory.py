@@ -22,6 +22,7 @@ from brwsim.simulate import (
 )
 from brwsim.textform import format_table, parse_budgets
 from brwsim.theory import (
+    BOUND_ALPHA,
     check_family,
     paper_bound,
     paper_bound_reason,
@@ -65,20 +66,23 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     small, small_note = small_budget_column(family, budgets)
     if args.format != "table":
         units = {"budget": "draft tokens (tree nodes, root excluded)", "paper_bound": "tokens",
-                 "upper_bound": "tokens", "upper_bound_se": "tokens", "small_budget_bound": "tokens",
+                 "upper_bound": "tokens (proven; at confidence 1 - alpha where the spine law is sampled)",
+                 "upper_bound_se": "tokens", "upper_bound_point": "tokens", "small_budget_bound": "tokens",
                  "small_budget_bound_se": "tokens", "prediction": "tokens", "prediction_se": "tokens",
                  "prediction_asymptotic": "tokens", "tokens_per_call_prediction": "tokens per target call",
                  "mu": "nats", "mu2": "nats^2", "h2": "nats^2"}
         rows = [{"budget": int(p), "paper_bound": float(bound[i]),
                  "upper_bound": float(pred["upper_bound"][i]),
                  "upper_bound_se": float(pred["upper_bound_se"][i]),
+                 "upper_bound_point": float(pred["upper_bound_point"][i]),
                  "small_budget_bound": float(small.value[i]), "small_budget_bound_se": float(small.se[i]),
                  "prediction": float(pred["prediction"][i]), "prediction_se": float(pred["prediction_se"][i]),
                  "prediction_asymptotic": float(pred["prediction_asymptotic"][i]),
                  "tokens_per_call_prediction": float(pred["prediction"][i]) + 1}
                 for i, p in enumerate(budgets)]
         emit(args.format, report("theory", rows, units, family=repr(family), mu=mom.mu, mu2=mom.mu2,
-                                 h2=mom.h2, exact=bool(mom.exact), reasons=reasons))
+                                 h2=mom.h2, exact=bool(mom.exact), alpha=BOUND_ALPHA,
+                                 reasons=reasons))
         return 0
     print(f"family: {family!r}")
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
@@ -101,9 +105,11 @@ def _cmd_theory(args: argparse.Namespace) -> int:
             print(f"{name.replace('_', ' ')}: n/a: {reasons[name]}")
     if "prediction_asymptotic" not in reasons and np.isnan(pred["prediction_asymptotic"]).all():
         print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
-    if (pred["prediction_se"] > 0).any():
+    if (pred["prediction_se"] > 0).any() or (pred["upper_bound_se"] > 0).any():
         print("± of the proven bound and the prediction: standard error from sampling the "
-              "spine-step law (no exact law for this family)")
+              "spine-step law (no exact law for this family); the upper bound is then proven "
+              f"at confidence 1 - alpha, alpha = {BOUND_ALPHA:g}: the sampled law's own minimum "
+              "plus Student's t quantile times that SE")
     return 0
 
 
