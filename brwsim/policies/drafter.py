@@ -10,7 +10,7 @@ import numpy as np
 from brwsim.engine import start_threshold
 from brwsim.errors import UserError
 from brwsim.families.base import check_positive
-from brwsim.families.checkpoint import load_checkpoint
+from brwsim.families.checkpoint import check_slots, checkpoint_path, load_checkpoint
 from brwsim.families.transformer import checkpoint_sha256, shipped_checkpoint
 from brwsim.kernels import drafter as _k
 from brwsim.kernels.dist import DATA_OFF, TRANSFORMER
@@ -86,11 +86,10 @@ class DraftModel(Policy):
     def __init__(self, path: Any, shape: str = "best", temperature: float = 1.0,
                  depth: int | None = None, topk: int | None = None,
                  total: int | None = None) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise UserError(f"drafter: path must be a checkpoint folder, got {path!r}")
+        path = checkpoint_path(path, "drafter: ")
         if shape not in SHAPES:
             raise UserError(f"drafter: shape must be one of {', '.join(SHAPES)}, got {shape!r}")
-        self.path = os.fspath(path)
+        self.path = path
         self.shape = shape
         self.temperature = check_positive("temperature", temperature)
         dyn = {"depth": depth, "topk": topk, "total": total}
@@ -104,11 +103,9 @@ class DraftModel(Policy):
         if self.depth is not None and self.topk + (self.depth - 1) * self.topk ** 2 > 1 << 26:
             raise UserError(f"drafter: depth * topk**2 = {self.depth * self.topk ** 2} "
                             "candidates exceeds the supported maximum 2**26")
-        ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
-        self._block = ck.block
-        self._vocab = ck.vocab_size
-        self._positions = ck.max_positions
-        self._sliding = ck.sliding_window
+        self._ck = load_checkpoint(os.path.abspath(shipped_checkpoint(self.path)))
+        self._block = self._ck.block
+        self._vocab = self._ck.vocab_size
 
     def input_files(self) -> dict[str, str]:
         return checkpoint_sha256(shipped_checkpoint(self.path))
@@ -129,13 +126,8 @@ class DraftModel(Policy):
         if vt != self._vocab:
             raise UserError(f"{self!r}: the draft's vocabulary ({self._vocab} tokens) differs "
                             f"from the target's ({vt} tokens)")
-        slots = int(spec.ipar[0, TF_SLOTS])
-        if slots > self._positions:
-            raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
-                            f"draft model's {self._positions} positions")
-        if self._sliding and slots > self._sliding:
-            raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
-                            f"draft model's sliding window of {self._sliding} tokens")
+        check_slots(int(spec.ipar[0, TF_SLOTS]), self._ck, f"{self!r}: the target's ",
+                    "the draft model's")
 
     def run_roots(self, spec, budgets, roots):
         self.check(spec)
