@@ -15,20 +15,6 @@ from brwsim.cli.common import (
 )
 from brwsim.cli.output import add_format, emit, report
 from brwsim.errors import UserError
-from brwsim.families import parse_family
-from brwsim.simulate import (
-    predictions,
-    validate_budgets,
-)
-from brwsim.textform import format_table, parse_budgets
-from brwsim.theory import (
-    BOUND_ALPHA,
-    check_family,
-    paper_bound,
-    paper_bound_reason,
-)
-from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
-from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
 
 __all__ = ["register"]
 
@@ -51,6 +37,12 @@ def register(sub: Any) -> None:
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
+    from brwsim.families import parse_family
+    from brwsim.simulate import predictions, validate_budgets
+    from brwsim.textform import format_table, parse_budgets
+    from brwsim.theory import BOUND_ALPHA, check_family, paper_bound, paper_bound_reason
+    from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
+
     import numpy as np
 
     family = parse_family(args.family)
@@ -114,6 +106,9 @@ def _cmd_theory(args: argparse.Namespace) -> int:
 
 
 def _cmd_ceiling(args: argparse.Namespace) -> int:
+
+    from brwsim.textform import format_table
+    from brwsim.theory.ceiling import ceiling, implied_entropy, SHAPES
 
     if args.tau is None and args.entropy is None:
         raise UserError("ceiling: give --tau (measured tokens per call), --entropy (nats), or both")

@@ -26,6 +26,7 @@ Natural logarithms (nats) everywhere. The derivation is in ``docs/theory.md``; i
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from brwsim.theory.convolution import fft_convolve
 from brwsim.theory.laws import (
     SpineLaw,
 )
+from brwsim.theory.sampled import law_seed
 from brwsim.theory.renewal import (
     fill_mean_measure,
     lagrangian_min,
@@ -460,10 +462,6 @@ def upper_bound(family, budgets, *, h: float | None = None, alpha: float = BOUND
 
 def _seeded(seed: int | None):
     """Inside: sampled spine laws drawn with ``seed`` (no change when it is None)."""
-    import contextlib
-
-    from brwsim.theory.sampled import law_seed
-
     return contextlib.nullcontext() if seed is None else law_seed(seed)
 
 
