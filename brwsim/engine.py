@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.interrupt import answering
 from brwsim.keys import check_path, node_key, seed_key
 from brwsim.kernels.spec import Spec
 from brwsim.kernels.aim import start_threshold
@@ -114,11 +115,12 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     acc, exp, dep = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1])
-    visited, t_end, ws = simulate_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                        spec.cprog, spec.head_cap, key, first, count, budgets,
-                                        max_depth, t_start, acc, exp, dep,
-                                        _workspace(int(budgets[-1]), spec.head_cap))
-    _WORKSPACE.ws = ws
+    ws = _workspace(int(budgets[-1]), spec.head_cap)
+    _WORKSPACE.key = None         # an interrupted call may still write into ws: never reuse it
+    visited, t_end, ws = answering(simulate_chunk, spec.kinds, spec.cw, spec.fpar, spec.ipar,
+                                   spec.data, spec.cprog, spec.head_cap, key, first, count,
+                                   budgets, max_depth, t_start, acc, exp, dep, ws)
+    _WORKSPACE.ws, _WORKSPACE.key = ws, (int(budgets[-1]), spec.head_cap)
     check_grow_status(visited, max_depth)
     return acc, exp, dep, int(visited), float(t_end)
 
@@ -147,10 +149,10 @@ def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, coun
     acc_s, exp_s, _ = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1] / batch)
-    visited, visited1, t_end = forest_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                            spec.cprog, spec.head_cap, key, first, count, batch,
-                                            budgets, max_depth, t_start, split, acc, exp, dep,
-                                            acc_s, exp_s)
+    visited, visited1, t_end = answering(forest_chunk, spec.kinds, spec.cw, spec.fpar,
+                                         spec.ipar, spec.data, spec.cprog, spec.head_cap, key,
+                                         first, count, batch, budgets, max_depth, t_start,
+                                         split, acc, exp, dep, acc_s, exp_s)
     check_grow_status(visited, max_depth)
     return acc, exp, dep, acc_s, exp_s, int(visited), int(visited1), float(t_end)
 

@@ -8,6 +8,10 @@
   temporary file (:func:`brwsim.io.atomic_path`), and :func:`is_interrupt` recognises one
   that a library wrapped in another exception (numba's dispatcher turns an interrupt while
   it loads a cached kernel into ``SystemError``).
+* A compiled kernel does not return to the interpreter until it is done, so a signal
+  handler cannot run inside one long call (a huge tree, a policy's run). Inside the
+  command, :func:`answering` runs such a call in a helper thread (the kernels release the
+  GIL) while the main thread waits in short joins, where its handler runs at once.
 * A sweep's worker processes (:func:`worker_guard`) ignore SIGINT (the driver, which
   receives it too from a terminal, ends the sweep) and end themselves when the driver
   process no longer exists (after ``kill -9`` of the driver), polling every
@@ -25,7 +29,7 @@ import threading
 from typing import Any
 
 __all__ = ["MESSAGE", "EXIT_INTERRUPTED", "POLL_SECONDS", "install_startup_handler",
-           "is_interrupt", "driver_tag", "worker_guard", "command_handlers"]
+           "is_interrupt", "driver_tag", "worker_guard", "command_handlers", "answering"]
 
 #: The one line an interrupted command prints on stderr.
 MESSAGE = "brwsim: interrupted"
@@ -33,6 +37,8 @@ MESSAGE = "brwsim: interrupted"
 EXIT_INTERRUPTED = 130
 #: How often a sweep worker checks that its driver is alive.
 POLL_SECONDS = 0.25
+#: How long the main thread waits at a time for a call in :func:`answering`.
+JOIN_SECONDS = 0.05
 
 
 def _exit_now(signum: int, frame: Any) -> None:
@@ -146,3 +152,40 @@ def worker_guard(driver: str) -> None:
                 pass
 
     threading.Thread(target=watch, name="brwsim-driver-watch", daemon=True).start()
+
+
+def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, with SIGINT answered while it runs.
+
+    In the main thread while SIGINT raises ``KeyboardInterrupt`` (inside
+    :class:`command_handlers`), the call runs in a helper thread and the main thread waits
+    in joins of :data:`JOIN_SECONDS`, so the interrupt is raised there within that time
+    even while the call sits in one long compiled kernel (which must release the GIL:
+    brwsim's kernels are compiled ``nogil``). The interrupted call is abandoned: its
+    thread finishes into arrays nobody reads (the command ends the process at once);
+    callers must not hand its buffers to another call afterwards. Anywhere else (a
+    program, a worker thread or process) it is a plain call.
+
+    Returns
+    -------
+    Any
+        ``fn``'s result; an exception it raised is raised here.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:        # handed to the caller's thread as is
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="brwsim-kernel-call", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(JOIN_SECONDS)
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]

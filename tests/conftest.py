@@ -61,14 +61,49 @@ WARM_UP = (
 )
 
 
+def warm_up(scripts, write, heartbeat: float = 30.0) -> list[int]:
+    """Run ``scripts`` (Python source) side by side, saying what happens through ``write``
+    (one line per call): a line at the start, one every ``heartbeat`` seconds while any
+    runs, one as each ends (with its time and status). Their stderr (the compile notices)
+    goes to this process's stderr. Returns their exit statuses."""
+    import time
+
+    start = time.perf_counter()
+    write(f"brwsim tests: compiling {len(scripts)} numba kernel groups into the cache before "
+          "the workers start (a minute or more when the cache is cold; seconds when warm)")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
+             for code in scripts]
+    codes: list[int | None] = [None] * len(procs)
+    last = start
+    while any(c is None for c in codes):
+        for i, proc in enumerate(procs):
+            if codes[i] is None and proc.poll() is not None:
+                codes[i] = proc.returncode
+                write(f"brwsim tests: kernel group {i + 1}/{len(procs)} ready after "
+                      f"{time.perf_counter() - start:.0f} s (status {proc.returncode})")
+        now = time.perf_counter()
+        if now - last >= heartbeat and any(c is None for c in codes):
+            last = now
+            write(f"brwsim tests: still compiling ({now - start:.0f} s, "
+                  f"{sum(c is None for c in codes)} groups left)")
+        time.sleep(0.1)
+    return [int(c) for c in codes]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """With ``-n`` (pytest-xdist), compile the :data:`WARM_UP` groups into the numba cache
     once, side by side, before the workers start: otherwise every worker compiles each of
-    them itself at the same time. Output and failures are left to the tests."""
+    them itself at the same time. Progress is printed (:func:`warm_up`); failures are left
+    to the tests."""
     config = session.config
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for code in WARM_UP]
-        for proc in procs:
-            proc.wait()
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+        def write(line: str) -> None:
+            if reporter is not None:
+                reporter.write_line(line)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+        warm_up(WARM_UP, write)

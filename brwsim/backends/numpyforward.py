@@ -17,7 +17,6 @@ sees its own ancestors and itself only).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.models.hfconfig import read_config
 
 __all__ = ["NumpyEvaluator", "load_hf_weights"]
 
@@ -50,15 +50,10 @@ def load_hf_weights(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
     """
     from safetensors import SafetensorError, safe_open
 
-    cfg_path = os.path.join(folder, "config.json")
+    cfg = read_config(folder)
     st_path = os.path.join(folder, "model.safetensors")
-    if not os.path.isfile(cfg_path) or not os.path.isfile(st_path):
+    if not os.path.isfile(st_path):
         raise UserError(f"checkpoint folder {folder!r} needs config.json and model.safetensors")
-    try:
-        with open(cfg_path, encoding="utf-8") as fh:
-            cfg = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{cfg_path}: not JSON ({exc})") from None
     try:
         fh = safe_open(st_path, framework="np")
         names = list(fh.keys())

@@ -16,25 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from brwsim.bank import BadInputWarning, import_logprobs
-from brwsim.bankstats import (
-    BankStats,
-    bank_stats,
-    histogram_bins,
-    plot_entropy_histogram,
-)
-from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB, capture_bank, capture_roots
 from brwsim.cli.common import add_command, meaningful_asymptotic, warning_lines
 from brwsim.cli.output import add_format, emit, report, stdin_file
 from brwsim.errors import UserError
-from brwsim.families import parse_family
-from brwsim.lazy import xarray as xr
-from brwsim.textform import format_table, parse_budgets
-from brwsim.validate import check_output_path
 
 __all__ = ["describe_bank", "entropy_histogram_text", "format_bank_stats", "register"]
+
+#: ``capture``'s defaults, :data:`brwsim.capture.DEFAULT_TOKENS` and ``EXACT_VOCAB``, named
+#: here so that parsing the arguments imports no model code (a test keeps them equal).
+DEFAULT_TOKENS = 64
+EXACT_VOCAB = 1024
 
 #: Default budgets of ``bank-stats``: 1, 2, 4, ..., 4096.
 DEFAULT_BUDGETS = "1..4096"
@@ -131,6 +122,9 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run_capture(args: argparse.Namespace) -> int:
     """Run ``brwsim capture`` with parsed arguments; print a summary."""
+    from brwsim.capture import capture_bank, capture_roots
+    from brwsim.families import parse_family
+
     import time
 
     start = time.perf_counter()
@@ -159,12 +153,16 @@ def _run_capture(args: argparse.Namespace) -> int:
 
 
 def _mean_text(values: np.ndarray) -> str:
+    import numpy as np
+
     finite = np.isfinite(values)
     return f"{values.mean():.4g}" if finite.all() else "inf"
 
 
 def describe_bank(ds: xr.Dataset, out: str | os.PathLike[str]) -> str:
     """One-paragraph description of a bank, as printed by ``brwsim import-logprobs``."""
+    import numpy as np
+
     probs = ds["probs"].values
     counts = (probs > 0).sum(axis=1)
     n, k = probs.shape
@@ -198,6 +196,8 @@ def _run_import(args: argparse.Namespace) -> int:
     int
         0 on success (errors raise :class:`~brwsim.errors.UserError`).
     """
+    from brwsim.bank import BadInputWarning, import_logprobs
+
     if args.files.count("-") > 1:
         raise UserError("import-logprobs: '-' (standard input) can be given once")
     with warning_lines(BadInputWarning), contextlib.ExitStack() as stack:
@@ -209,6 +209,8 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 def _mean(values: np.ndarray) -> str:
+    import numpy as np
+
     return f"{values.mean():.6g}" if np.isfinite(values).all() else "inf"
 
 
@@ -218,6 +220,9 @@ def _bar(count: int, top: int) -> str:
 
 def entropy_histogram_text(stats: BankStats, bins: int = 10) -> str:
     """Text histogram of the per-position entropy bounds (upper column only when finite)."""
+    import numpy as np
+    from brwsim.bankstats import histogram_bins
+
     edges = histogram_bins(stats, bins)
     lower, _ = np.histogram(stats.entropy_lower, edges)
     upper_finite = np.isfinite(stats.entropy_upper)
@@ -242,6 +247,9 @@ def entropy_histogram_text(stats: BankStats, bins: int = 10) -> str:
 
 def format_bank_stats(stats: BankStats, name: str = "bank") -> str:
     """The report printed by ``brwsim bank-stats``."""
+    import numpy as np
+    from brwsim.textform import format_table
+
     k_text = f"{stats.k}" + (f" (varies {stats.k_min}..{stats.k})" if stats.k_min != stats.k else "")
     vocab = str(stats.vocab) if stats.vocab is not None else "unknown"
     lines = [
@@ -300,6 +308,10 @@ def _register_stats(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run_stats(args: argparse.Namespace) -> int:
     """Run ``brwsim bank-stats`` with parsed arguments; print the report."""
+    from brwsim.bankstats import bank_stats, plot_entropy_histogram
+    from brwsim.textform import parse_budgets
+    from brwsim.validate import check_output_path
+
     if args.plot:
         check_output_path(args.plot, "--plot")     # before the work, as every output
     stats = bank_stats(args.bank, parse_budgets(args.budgets), vocab=args.vocab)
@@ -315,6 +327,9 @@ def _run_stats(args: argparse.Namespace) -> int:
 
 def bank_stats_report(stats: BankStats, name: str) -> dict:
     """``bank-stats``'s report (:func:`brwsim.cli.output.report`): one row per budget."""
+    import numpy as np
+    from brwsim.bankstats import histogram_bins
+
     rows = [{"budget": int(p), "upper_bound": float(u), "prediction": float(x),
              "tokens_per_call_prediction": float(x) + 1, "prediction_asymptotic": float(a),
              "paper_bound": float(b)}

@@ -15,15 +15,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from brwsim.cli.parser import Parser
+from brwsim.cli.parser import DEFAULT_FAMILY_MARK, Parser
 from brwsim.errors import UserError
-from brwsim.families import DEFAULT_FAMILY, FAMILIES
-from brwsim.policies import POLICIES
-from brwsim.io import write_netcdf_atomic
-from brwsim.textform import parse_budgets
-from brwsim.theory import Prediction, small_budget_bound
 
 __all__ = ["Parser", "family_epilog", "DEFAULT_BUDGETS", "parse_batch_sizes", "value_se",
            "bound_check", "reason_lines", "small_budget_column", "SMALL_BUDGET_MAX",
@@ -36,6 +29,9 @@ def family_epilog(policies: bool = False) -> str:
     """The family names and parameters (from ``brwsim.families.FAMILIES``) for ``--help``;
     with ``policies``, the drafting policies' too (``brwsim.policies.POLICIES``)."""
     import inspect
+
+    from brwsim.families import FAMILIES
+    from brwsim.policies import POLICIES
 
     def signature(cls: type) -> str:
         params = []
@@ -55,6 +51,8 @@ def family_epilog(policies: bool = False) -> str:
 
 def parse_batch_sizes(text: str) -> list[int]:
     """Batch sizes from ``"1,8,64"`` or ranges as for budgets (``"1..64"``: powers of two)."""
+    from brwsim.textform import parse_budgets
+
     try:
         return parse_budgets(text)
     except UserError as exc:
@@ -122,14 +120,16 @@ def add_command(sub: Any, name: str, func: Any, help: str, description: str | No
                 family: bool = False) -> argparse.ArgumentParser:
     """Add the subcommand ``name`` (running ``func(args)``) to ``sub``, the parser's subparsers.
 
-    With ``family`` the subcommand lists the families in its epilog and takes ``--family``
-    (default: the LLM-like mixture). Returns the subcommand's parser for its own options.
+    With ``family`` the subcommand lists the families in its epilog (built only for
+    ``--help``) and takes ``--family`` (default: the LLM-like mixture, filled in by
+    :func:`brwsim.cli.main.main` after parsing, so that parsing imports no family).
+    Returns the subcommand's parser for its own options.
     """
     parser = sub.add_parser(name, help=help, description=description,
-                            epilog=family_epilog() if family else None,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     if family:
-        parser.add_argument("--family", default=DEFAULT_FAMILY,
+        parser.epilog_source = family_epilog       # built (importing the families) for --help only
+        parser.add_argument("--family", default=DEFAULT_FAMILY_MARK,
                             help="family string, e.g. 'dirichlet(alpha=0.05, vocab=200)' "
                                  "(default: an LLM-like mixture)")
     parser.set_defaults(func=func)
@@ -138,6 +138,8 @@ def add_command(sub: Any, name: str, func: Any, help: str, description: str | No
 
 def write_output(ds: Any, out: str) -> None:
     """Write ``ds`` to ``out`` atomically and say so (nothing when ``out`` is empty)."""
+    from brwsim.io import write_netcdf_atomic
+
     if out:
         write_netcdf_atomic(ds, out)
         print(f"wrote {out}")
@@ -146,6 +148,8 @@ def write_output(ds: Any, out: str) -> None:
 def meaningful_asymptotic(values: Any, mu: float, budgets: Any) -> np.ndarray:
     """The key-renewal asymptotic where it means something: NaN where mu P < 1 (its
     log(mu P) term has the wrong sign there) or where it is negative (E[X] >= 0)."""
+    import numpy as np
+
     values = np.array(values, dtype=np.float64, copy=True)
     budgets = np.asarray(budgets, dtype=np.float64)
     values[(mu * budgets < 1.0) | (values < 0)] = np.nan
@@ -186,6 +190,9 @@ def small_budget_column(family: Any, budgets: np.ndarray) -> tuple[Prediction, s
     """The proven small-budget bound (:func:`brwsim.theory.small_budget_bound`) for
     P <= :data:`SMALL_BUDGET_MAX` (NaN elsewhere), and a note on where it is n/a (the
     reason, for a family it does not apply to), as ``theory`` and ``run`` print it."""
+    import numpy as np
+    from brwsim.theory import Prediction, small_budget_bound
+
     nan = np.full(budgets.shape, np.nan)
     small = budgets <= SMALL_BUDGET_MAX
     if not small.any():

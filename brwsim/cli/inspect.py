@@ -17,16 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from brwsim.cli.common import add_command, bound_check
 from brwsim.cli.output import add_format, emit, report
 from brwsim.errors import UserError
-from brwsim.io import atomic_path, check_netcdf_size
-from brwsim.lazy import xarray as xr
-from brwsim.simulate import paired_fraction, summarize
-from brwsim.textform import format_table
-from brwsim.validate import check_input_file, check_output_path, check_regular_or_absent
 
 _FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
 
@@ -55,6 +48,10 @@ def open_results(path: str | os.PathLike[str]) -> Iterator[tuple[dict[str, Any],
     brwsim.errors.UserError
         When the file is missing, unreadable or holds no brwsim data.
     """
+    from brwsim.io import check_netcdf_size
+    from brwsim.lazy import xarray as xr
+    from brwsim.validate import check_input_file
+
     p = check_input_file(path, "input")
     check_netcdf_size(p)
     try:
@@ -103,6 +100,8 @@ def point_summaries(ds: xr.Dataset) -> xr.Dataset:
         ``tokens_per_call``, ``depth_mean`` and, when present, ``paper_bound``,
         ``prediction``, ``mu``, ``mu2``; dims: the swept parameters, then ``budget``.
     """
+    from brwsim.simulate import summarize
+
     if "expected_mean" in ds:
         out = ds[list(_SUMMARY_VARS)]
     else:
@@ -119,6 +118,8 @@ def point_summaries(ds: xr.Dataset) -> xr.Dataset:
 def _policy_fraction(summary: xr.Dataset, ds: xr.Dataset) -> dict[str, Any]:
     """``fraction_of_optimal`` and its paired ``fraction_se`` (NaN without per-tree data)
     against the policy ``optimal(...)`` (else the first) on the same trees."""
+    from brwsim.simulate import paired_fraction
+
     mean = summary["expected_mean"]
     dims = mean.dims
     names = [str(v) for v in summary["policy"].values]
@@ -138,6 +139,8 @@ def _grid_dims(summary: xr.Dataset) -> list[str]:
 
 def _points(summary: xr.Dataset, attrs: dict[str, Any]) -> Iterator[tuple[str, xr.Dataset]]:
     """(label, one point's summary) for every point, row-major over the grid."""
+    import numpy as np
+
     dims = _grid_dims(summary)
     shape = [summary.sizes[d] for d in dims]
     for idx in np.ndindex(*shape):
@@ -153,11 +156,16 @@ def _points(summary: xr.Dataset, attrs: dict[str, Any]) -> Iterator[tuple[str, x
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
+    import numpy as np
+
     v = float(x)
     return "nan" if np.isnan(v) else f"{v:.{digits}f}"
 
 
 def _point_table(pt: xr.Dataset) -> str:
+
+    import numpy as np
+    from brwsim.textform import format_table
 
     header = ["P", "mean X", "SE", "tau=X+1", "E[X|T]", "SE", "depth"]
     cols = ["accepted_mean", "accepted_se", "tokens_per_call", "expected_mean", "expected_se",
@@ -240,6 +248,8 @@ def _other_lines(ds: xr.Dataset) -> list[str]:
 
 def _plan_lines(ds: xr.Dataset) -> list[str]:
     """A plan: the family it assumed, the cost model and P*, speedup per batch size."""
+    from brwsim.textform import format_table
+
     lines = [f"plan: family {ds.attrs.get('family', '?')}", f"  cost: {ds.attrs.get('cost', '?')}"]
     rows = []
     for i, b in enumerate(ds["batch"].values):
@@ -251,6 +261,8 @@ def _plan_lines(ds: xr.Dataset) -> list[str]:
 
 
 def _group_lines(name: str, ds: xr.Dataset, attrs: dict[str, Any]) -> list[str]:
+    import numpy as np
+
     summary = point_summaries(ds)
     dims = _grid_dims(summary)
     n_points = int(np.prod([summary.sizes[d] for d in dims])) if dims else 1
@@ -285,6 +297,8 @@ MAX_JSON_BYTES = 16 * 2 ** 20
 
 def _read_json(p: Path) -> Any:
     """The JSON value of a file brwsim wrote, or a one-line error."""
+    from brwsim.validate import check_input_file
+
     check_input_file(p, "input")
     if p.stat().st_size > MAX_JSON_BYTES:
         raise UserError(f"{p}: {p.stat().st_size} bytes, more than any JSON file brwsim writes")
@@ -348,6 +362,8 @@ def _figure_lines(p: Path) -> list[str]:
 
 def _file_kind(p: Path) -> str:
     """``json``, ``figure`` or ``netcdf``, from the file's first bytes."""
+    from brwsim.validate import check_input_file
+
     check_input_file(p, "input")
     with open(p, "rb") as fh:
         head = fh.read(8)
@@ -361,6 +377,8 @@ def _file_kind(p: Path) -> str:
 def describe(path: str | os.PathLike[str]) -> str:
     """What ``brwsim inspect`` prints: provenance, dims, points, budgets and a summary table
     (a JSON file brwsim wrote, or a figure: what it is)."""
+    from brwsim.lazy import xarray as xr
+
     p = Path(path)
     kind = _file_kind(p)
     if kind == "json":
@@ -417,6 +435,8 @@ def _point_rows(group: str, label: str, pt: xr.Dataset) -> list[dict[str, Any]]:
 def inspect_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What ``brwsim inspect --format json`` prints: the file's kind, its global attributes
     and one row per (group, point, budget) with the summary table's fields."""
+    from brwsim.lazy import xarray as xr
+
     p = Path(path)
     rows: list[dict[str, Any]] = []
     if _file_kind(p) == "json":
@@ -479,6 +499,9 @@ def plot(path: str | os.PathLike[str], out: str | os.PathLike[str], *, paper_bou
     -------
     pathlib.Path
     """
+    from brwsim.io import atomic_path
+    from brwsim.validate import check_output_path, check_regular_or_absent
+
     check_regular_or_absent(out, "--out")            # a trailing '/' names a folder
     p, dest = Path(path), Path(out)
     if not dest.suffix:
@@ -641,6 +664,8 @@ def _plot_panel(ax: Any, panel: dict[str, Any], attrs: dict[str, Any], name: str
                 paper_bound: bool = False, tau: bool = False) -> None:
     """E[X] (or tau) against P: one line per point, ± 1 SE bars; the prediction dotted once
     per family (the optimal tree's); the paper's bound dashed on request."""
+    import numpy as np
+
     from brwsim.plotting import TITLE_SIZE
 
     batch = int(attrs.get("batch", 1) or 1)
@@ -684,6 +709,8 @@ def _plot_panel(ax: Any, panel: dict[str, Any], attrs: dict[str, Any], name: str
 
 def _plot_fraction(ax: Any, panel: dict[str, Any]) -> None:
     """Each policy's E[X|T] over the optimal tree's, with its paired ±2 SE band."""
+    import numpy as np
+
     from brwsim.plotting import TITLE_SIZE, paired_band
 
     for pt in panel["points"]:

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from brwsim.cli.parser import COMMANDS, Parser, unknown_command, usage_text
+from brwsim.cli.parser import (COMMANDS, DEFAULT_FAMILY_MARK, Parser, unknown_command,
+                               usage_text)
 from brwsim.errors import UserError
 from brwsim.version import __version__
 from brwsim.interrupt import EXIT_INTERRUPTED, MESSAGE, command_handlers, is_interrupt
@@ -100,6 +101,10 @@ def _main(argv: list[str], guard: "_StdoutGuard") -> int:
         if extra:
             raise UserError(f"{first}: unrecognized arguments: {' '.join(extra)}")
         args.argv = argv
+        if getattr(args, "family", None) is DEFAULT_FAMILY_MARK:     # --family not given
+            from brwsim.families import DEFAULT_FAMILY
+
+            args.family = DEFAULT_FAMILY
         _check_out(args)
         from brwsim.cli.common import quiet_compiles
 

@@ -7,8 +7,6 @@ from typing import Any
 
 from brwsim.cli.common import add_command
 from brwsim.errors import UserError
-from brwsim.models import catalogue
-from brwsim.textform import format_table
 
 __all__ = ["register"]
 
@@ -30,6 +28,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Body of ``brwsim models``."""
+    from brwsim.models import catalogue
+    from brwsim.textform import format_table
+
     if args.action == "list":
         if args.name is not None:
             raise UserError("brwsim models list takes no NAME")

@@ -12,7 +12,19 @@ import argparse
 
 from brwsim.errors import UserError
 
-__all__ = ["Parser", "COMMANDS", "usage_text", "unknown_command"]
+__all__ = ["Parser", "COMMANDS", "usage_text", "unknown_command", "DEFAULT_FAMILY_MARK"]
+
+
+class _DefaultFamily:
+    """The default of ``--family`` while parsing: :func:`brwsim.cli.main.main` replaces it
+    with ``brwsim.families.DEFAULT_FAMILY`` after parsing (parsing imports no family)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_FAMILY"
+
+
+#: The ``--family`` default that stands for the default family (see :class:`_DefaultFamily`).
+DEFAULT_FAMILY_MARK = _DefaultFamily()
 
 #: (command, module under brwsim.cli that registers it, one-line summary), in the order
 #: ``brwsim --help`` lists them.
@@ -44,6 +56,15 @@ class Parser(argparse.ArgumentParser):
     The message names the subcommand (``run: unrecognized arguments: -x``), never the
     program a second time: :func:`brwsim.cli.main.main` prints ``brwsim: error: `` before it.
     """
+
+    #: A callable returning the epilog, called only when the help is printed (building it
+    #: may import what parsing must not, e.g. the family list).
+    epilog_source = None
+
+    def format_help(self) -> str:
+        if self.epilog is None and self.epilog_source is not None:
+            self.epilog = self.epilog_source()
+        return super().format_help()
 
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
         where = _short_prog(self.prog)

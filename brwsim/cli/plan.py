@@ -14,15 +14,7 @@ from brwsim.cli.common import (
     write_output,
 )
 from brwsim.cli.output import add_format, emit, report, stdout_to_stderr
-from brwsim.cost import make_cost
 from brwsim.errors import UserError
-from brwsim.export import engine_settings, predicted_schedule
-from brwsim.families import DEFAULT_FAMILY, Empirical, parse_family
-from brwsim.theory.ceiling import entropy_family, implied_entropy
-from brwsim.io import atomic_path
-from brwsim.plan import plan
-from brwsim.textform import format_table, parse_budgets
-from brwsim.validate import check_output_path
 
 __all__ = ["register"]
 
@@ -82,6 +74,9 @@ def register(sub: Any) -> None:
 
 def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
     """(family, where it came from, (h, h_se, shape, vocab) of a --tau fit or None)."""
+    from brwsim.families import DEFAULT_FAMILY, Empirical, parse_family
+    from brwsim.theory.ceiling import entropy_family, implied_entropy
+
     import math
 
     given = [name for name, v in (("--family", args.family), ("--bank", args.bank),
@@ -123,6 +118,12 @@ def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from brwsim.cost import make_cost
+    from brwsim.plan import plan
+    from brwsim.textform import format_table, parse_budgets
+    from brwsim.theory.ceiling import entropy_family
+    from brwsim.validate import check_output_path
+
     import numpy as np
 
 
@@ -233,6 +234,10 @@ def edge_notes(batches: Any, best: Any, budgets: Any) -> list[str]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from brwsim.export import engine_settings, predicted_schedule
+    from brwsim.io import atomic_path
+    from brwsim.validate import check_output_path
+
     import json
 
 

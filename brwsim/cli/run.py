@@ -19,16 +19,6 @@ from brwsim.cli.common import (
 )
 from brwsim.cli.output import add_format, emit, report, stdout_to_stderr
 from brwsim.errors import UserError
-from brwsim.families import parse_family
-from brwsim.policies import Optimal, parse_policy
-from brwsim.simulate import (
-    policy_gap,
-    simulate,
-    summarize,
-    validate_budgets,
-)
-from brwsim.textform import format_table, parse_budgets
-from brwsim.validate import check_output_path
 
 __all__ = ["register"]
 
@@ -37,7 +27,7 @@ def register(sub: Any) -> None:
     """Add ``run``."""
     run = add_command(sub, "run", _cmd_run,
                       "optimal draft trees on one family; prints a table, writes netCDF", family=True)
-    run.epilog = family_epilog(policies=True)
+    run.epilog_source = lambda: family_epilog(policies=True)
     run.add_argument("--budgets", default=DEFAULT_BUDGETS,
                      help="comma list and ranges: '1,4,16', '1..4096' (powers of 2), '1-8' (default 1..4096)")
     run.add_argument("--iterations", type=int, default=2000, help="independent trees (default 2000)")
@@ -55,6 +45,11 @@ def register(sub: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from brwsim.families import parse_family
+    from brwsim.simulate import simulate, summarize, validate_budgets
+    from brwsim.textform import format_table, parse_budgets
+    from brwsim.validate import check_output_path
+
     if args.no_out:
         args.out = None
     family = parse_family(args.family)
@@ -130,6 +125,8 @@ RUN_UNITS = {
 def _run_report(ds, s, small, family, args: argparse.Namespace) -> dict:
     """``run``'s report (:func:`brwsim.cli.output.report`): one row per budget of the
     optimal trees; with policies, ``policies``: one row per (policy, budget)."""
+    from brwsim.simulate import policy_gap
+
     rows = []
     for i, p in enumerate(ds["budget"].values):
         e, e_se = float(s.expected_mean[i]), float(s.expected_se[i])
@@ -167,6 +164,9 @@ def _fmt_se(ds, name: str, i: int) -> str:
 
 def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
     """``brwsim run --batch B``: forest totals, per-request tokens and the equal split."""
+    from brwsim.simulate import summarize
+    from brwsim.textform import format_table
+
 
     s = summarize(ds)
     b = args.batch
@@ -200,6 +200,8 @@ def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
 
 def _run_policies(texts: list[str] | None) -> list | None:
     """The policies of ``run --policy`` with ``optimal()`` first (added when absent)."""
+    from brwsim.policies import Optimal, parse_policy
+
     if not texts:
         return None
 
@@ -210,6 +212,9 @@ def _run_policies(texts: list[str] | None) -> list | None:
 
 def _policy_table(ds) -> str:
     """E[X | T] of every policy and its paired fraction of the optimum (with SE), per budget."""
+    from brwsim.simulate import policy_gap
+    from brwsim.textform import format_table
+
 
     g = policy_gap(ds)
     rows = []

@@ -7,10 +7,12 @@ import shlex
 from typing import Any
 
 from brwsim.cli.common import add_command, warning_lines
-from brwsim.sweep import BACKENDS, MixedCodeWarning, sweep
 
-__all__ = ["register"]
+__all__ = ["register", "BACKENDS"]
 
+#: The joblib backends of ``--backend``: :data:`brwsim.sweep.BACKENDS`, named here so that
+#: parsing the arguments imports no sweep machinery (a test keeps the two equal).
+BACKENDS = ("loky", "dask")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -38,6 +40,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Body of ``brwsim sweep``: run, then print one line per outcome."""
+    from brwsim.sweep import MixedCodeWarning, sweep
+
     argv = getattr(args, "argv", None)
     command = "brwsim " + " ".join(shlex.quote(a) for a in argv) if argv else ""
     config = args.config

@@ -15,19 +15,6 @@ from brwsim.cli.common import (
 )
 from brwsim.cli.output import add_format, emit, report
 from brwsim.errors import UserError
-from brwsim.families import parse_family
-from brwsim.simulate import (
-    predictions,
-    validate_budgets,
-)
-from brwsim.textform import format_table, parse_budgets
-from brwsim.theory import (
-    check_family,
-    paper_bound,
-    paper_bound_reason,
-)
-from brwsim.theory.ceiling import SHAPES, ceiling, implied_entropy
-from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
 
 __all__ = ["register"]
 
@@ -50,6 +37,12 @@ def register(sub: Any) -> None:
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
+    from brwsim.families import parse_family
+    from brwsim.simulate import predictions, validate_budgets
+    from brwsim.textform import format_table, parse_budgets
+    from brwsim.theory import BOUND_ALPHA, check_family, paper_bound, paper_bound_reason
+    from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
+
     import numpy as np
 
     family = parse_family(args.family)
@@ -65,20 +58,23 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     small, small_note = small_budget_column(family, budgets)
     if args.format != "table":
         units = {"budget": "draft tokens (tree nodes, root excluded)", "paper_bound": "tokens",
-                 "upper_bound": "tokens", "upper_bound_se": "tokens", "small_budget_bound": "tokens",
+                 "upper_bound": "tokens (proven; at confidence 1 - alpha where the spine law is sampled)",
+                 "upper_bound_se": "tokens", "upper_bound_point": "tokens", "small_budget_bound": "tokens",
                  "small_budget_bound_se": "tokens", "prediction": "tokens", "prediction_se": "tokens",
                  "prediction_asymptotic": "tokens", "tokens_per_call_prediction": "tokens per target call",
                  "mu": "nats", "mu2": "nats^2", "h2": "nats^2"}
         rows = [{"budget": int(p), "paper_bound": float(bound[i]),
                  "upper_bound": float(pred["upper_bound"][i]),
                  "upper_bound_se": float(pred["upper_bound_se"][i]),
+                 "upper_bound_point": float(pred["upper_bound_point"][i]),
                  "small_budget_bound": float(small.value[i]), "small_budget_bound_se": float(small.se[i]),
                  "prediction": float(pred["prediction"][i]), "prediction_se": float(pred["prediction_se"][i]),
                  "prediction_asymptotic": float(pred["prediction_asymptotic"][i]),
                  "tokens_per_call_prediction": float(pred["prediction"][i]) + 1}
                 for i, p in enumerate(budgets)]
         emit(args.format, report("theory", rows, units, family=repr(family), mu=mom.mu, mu2=mom.mu2,
-                                 h2=mom.h2, exact=bool(mom.exact), reasons=reasons))
+                                 h2=mom.h2, exact=bool(mom.exact), alpha=BOUND_ALPHA,
+                                 reasons=reasons))
         return 0
     print(f"family: {family!r}")
     print(f"mu = {mom.mu:.6g} nats, mu2 = {mom.mu2:.6g} nats^2, E[H^2] = {mom.h2:.6g} nats^2"
@@ -101,13 +97,18 @@ def _cmd_theory(args: argparse.Namespace) -> int:
             print(f"{name.replace('_', ' ')}: n/a: {reasons[name]}")
     if "prediction_asymptotic" not in reasons and np.isnan(pred["prediction_asymptotic"]).all():
         print("asymptotic: n/a (lattice spine steps: the key renewal theorem does not apply)")
-    if (pred["prediction_se"] > 0).any():
+    if (pred["prediction_se"] > 0).any() or (pred["upper_bound_se"] > 0).any():
         print("± of the proven bound and the prediction: standard error from sampling the "
-              "spine-step law (no exact law for this family)")
+              "spine-step law (no exact law for this family); the upper bound is then proven "
+              f"at confidence 1 - alpha, alpha = {BOUND_ALPHA:g}: the sampled law's own minimum "
+              "plus Student's t quantile times that SE")
     return 0
 
 
 def _cmd_ceiling(args: argparse.Namespace) -> int:
+
+    from brwsim.textform import format_table
+    from brwsim.theory.ceiling import ceiling, implied_entropy, SHAPES
 
     if args.tau is None and args.entropy is None:
         raise UserError("ceiling: give --tau (measured tokens per call), --entropy (nats), or both")

@@ -19,13 +19,13 @@ target's features beside the tokens.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.models.hfconfig import read_config
 
 __all__ = ["EagleHead", "load_head", "HEAD_FILES"]
 
@@ -40,15 +40,8 @@ def load_head(folder: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read and check a head folder (``config.json`` + ``model.safetensors``)."""
     from safetensors.numpy import load_file
 
-    cfg_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(cfg_path):
-        raise UserError(f"EAGLE head {folder!r}: no config.json there")
-    try:
-        with open(cfg_path, encoding="utf-8") as fh:
-            cfg = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"EAGLE head {folder!r}: config.json unreadable ({exc})") from None
-    if not isinstance(cfg, dict) or cfg.get("architecture") != "eagle":
+    cfg = read_config(folder, "EAGLE head")
+    if cfg.get("architecture") != "eagle":
         raise UserError(f"EAGLE head {folder!r}: config.json does not describe an eagle head")
     for key in ("hidden_size", "intermediate_size", "num_attention_heads",
                 "num_key_value_heads", "vocab_size"):

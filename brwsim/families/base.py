@@ -22,7 +22,7 @@ from brwsim.io import file_sha256
 from brwsim.kernels.spec import Component, Spec, compile_spec
 from brwsim.registry import PARAM_KINDS, register
 from brwsim.theory.laws import Moments
-from brwsim.theory.sampled import SampledLaw
+from brwsim.theory.sampled import SampledLaw, current_law_seed
 from brwsim.validate import check_int, check_positive  # noqa: F401 - re-exported
 
 __all__ = ["Family", "Component", "Spec", "Moments", "compile_spec", "distribution_moments",
@@ -140,12 +140,15 @@ class Family:
         return None
 
     def cached_spine_law(self):
-        """:meth:`spine_law`, computed once per instance (families never change after
-        construction); the memo is not pickled, so workers recompute it."""
+        """:meth:`spine_law`, computed once per instance and law seed (families never
+        change after construction; the seed is :func:`brwsim.theory.sampled.law_seed`'s);
+        the memo is not pickled, so workers recompute it."""
         memo = self.__dict__.setdefault("_brwsim_memo", {})
-        if "spine_law" not in memo:
-            memo["spine_law"] = self.spine_law()
-        return memo["spine_law"]
+        seed = current_law_seed()
+        name = "spine_law" if seed == 0 else f"spine_law:{seed}"
+        if name not in memo:
+            memo[name] = self.spine_law()
+        return memo[name]
 
     def tempered_family(self, beta: float) -> "Family | None":
         """An equivalent family of the tempered law ``q**beta`` renormalised, or None.

@@ -28,9 +28,12 @@ from brwsim.errors import UserError
 from brwsim.validate import check_input_file, check_work_size, echo, format_bytes
 from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
 from brwsim.models.gguf import load_gguf
+from brwsim.models.hfconfig import read_config
+from brwsim.models.hfconfig import config_key as _key
+from brwsim.models.hfconfig import config_text as _text
 
 __all__ = ["Checkpoint", "load_checkpoint", "open_checkpoint", "TensorMap", "is_gguf", "ARCHITECTURES",
-           "packed32"]
+           "packed32", "checkpoint_path", "check_slots"]
 
 #: model_type -> architecture code of the kernel.
 ARCHITECTURES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": LLAMA, "mistral": LLAMA}
@@ -57,61 +60,10 @@ def packed32(a: np.ndarray) -> np.ndarray:
     return flat.view(np.float64)
 
 
-#: Largest config.json read (a real one is a few KiB): a bigger file is refused unread.
-MAX_CONFIG_BYTES = 1 << 24
 #: Largest safetensors JSON header read (a real one is well under a MiB per thousand tensors).
 MAX_HEADER_BYTES = 1 << 27
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
                 "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
-
-
-def _read_config(folder: str) -> dict:
-    path = os.path.join(folder, "config.json")
-    if not os.path.isdir(folder):
-        raise UserError(f"checkpoint folder {folder!r} not found")
-    if os.path.lexists(path):      # a pipe, a device or a huge file: refused before opening
-        check_input_file(path, "checkpoint config", MAX_CONFIG_BYTES)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            cfg = json.load(fh)
-    except FileNotFoundError:
-        raise UserError(f"checkpoint folder {folder!r} has no config.json") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:   # JSON, digits, nesting
-        raise UserError(f"{path}: not JSON ({' '.join(str(exc).split())[:200]})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: not a JSON object")
-    return cfg
-
-
-def _text(cfg: dict, name: str, where: str, default: str | None = None) -> str | None:
-    """A config entry that must be a string (``default`` when absent or null)."""
-    value = cfg.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise UserError(f"{where}: config key {name!r} = {echo(value)} is not a string")
-    return value
-
-
-def _key(cfg: dict, name: str, where: str, default: Any = None, kind: type = int) -> Any:
-    """A config entry of the given kind (``default`` None: required)."""
-    if name not in cfg or cfg[name] is None:
-        if default is None:
-            raise UserError(f"{where}: config key {name!r} is missing")
-        return default
-    value = cfg[name]
-    try:           # an integer of thousands of digits overflows float(): not a size either
-        ok = (isinstance(value, bool) if kind is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool)
-              and (kind is float or float(value).is_integer())
-              and math.isfinite(value) and value > 0 and (kind is float or value < 1 << 40))
-    except OverflowError:
-        ok = False
-    if not ok:
-        raise UserError(f"{where}: config key {name!r} = {echo(value, 60)} is not a positive "
-                        f"{'boolean' if kind is bool else kind.__name__}"
-                        f"{' below 2**40' if kind is int else ''}")
-    return kind(value)
 
 
 def _safetensors_header(path: str) -> dict[str, tuple[tuple[int, ...], int]]:
@@ -278,7 +230,7 @@ def open_checkpoint(path: str) -> tuple[dict, Any]:
     if is_gguf(path):
         model = load_gguf(path)
         return dict(model.config), _GGUFTensors(model)
-    cfg = _read_config(path)
+    cfg = read_config(path)
     return cfg, _Tensors(os.path.join(path, "model.safetensors"))
 
 
@@ -455,3 +407,23 @@ def load_checkpoint(folder: str) -> Checkpoint:
         window = _key(cfg, "sliding_window", where)
     return Checkpoint(_pack(dims, glob, layers), model_type, dims["v"], dims["npos"], n_params,
                       cfg, window or 0)
+
+
+def checkpoint_path(path: Any, who: str = "") -> str:
+    """``path`` as a string, or one line naming ``who`` (``"drafter: "``) when it is no path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"{who}path must be a checkpoint folder, got {echo(path, 60)}")
+    return os.fspath(path)
+
+
+def check_slots(slots: int, ck: Checkpoint, who: str = "", model: str = "the model's") -> None:
+    """The one check that ``slots`` positions (a transformer family's window + carry) fit
+    the checkpoint ``ck``: its position table and, for Mistral, its sliding window (not
+    supported across). Shared by :class:`~brwsim.families.Transformer` and the drafter
+    policy (``who`` and ``model`` name them in the message)."""
+    if slots > ck.max_positions:
+        raise UserError(f"{who}window + carry = {slots} exceeds {model} {ck.max_positions} "
+                        "positions")
+    if ck.sliding_window and slots > ck.sliding_window:
+        raise UserError(f"{who}window + carry = {slots} exceeds {model} sliding window of "
+                        f"{ck.sliding_window} tokens (not supported)")

@@ -23,7 +23,8 @@ import numpy as np
 from brwsim.keys import seed_key
 from brwsim.errors import UserError
 from brwsim.families.base import Component, Family, check_int, check_positive
-from brwsim.families.checkpoint import TensorMap, is_gguf, load_checkpoint, open_checkpoint
+from brwsim.families.checkpoint import (TensorMap, check_slots, checkpoint_path, is_gguf,
+                                       load_checkpoint, open_checkpoint)
 from brwsim.models.catalogue import CATALOGUE, local_path
 from brwsim.models.gguf import load_gguf
 from brwsim.models.tokenizer import gguf_tokenizer
@@ -318,9 +319,7 @@ class Transformer(RootSampled, Family):
         self.chat = _check_chat(chat)
         self.window = check_int("window", window, 1, 4096)
         self.carry = check_int("carry", carry, 0, 4096)
-        if not isinstance(path, (str, os.PathLike)):
-            raise UserError(f"path must be a checkpoint folder, got {path!r}")
-        self.path = os.fspath(path)
+        self.path = checkpoint_path(path)
         self._slots = self.window + self.carry
         where = os.path.abspath(shipped_checkpoint(self.path))
         if self.backend == "numba":
@@ -330,12 +329,7 @@ class Transformer(RootSampled, Family):
             self.model_type = ck.model_type
             self.n_params = ck.n_params
             self._config = ck.config
-            if self._slots > ck.max_positions:
-                raise UserError(f"window + carry = {self._slots} exceeds the model's "
-                                f"{ck.max_positions} positions")
-            if ck.sliding_window and self._slots > ck.sliding_window:
-                raise UserError(f"window + carry = {self._slots} exceeds the model's sliding "
-                                f"window of {ck.sliding_window} tokens (not supported)")
+            check_slots(self._slots, ck)
         else:
             # A batched backend reads the weights itself (the torch backend through
             # transformers, so any architecture it knows): no numba block is packed.

@@ -136,10 +136,12 @@ def _jit(**options):
     return decorate
 
 
-kernel = _jit(_nrt=False)
+# nogil: a call from Python releases the GIL, so the command's main thread can answer
+# SIGINT while a long call runs in a helper thread (brwsim.interrupt.answering)
+kernel = _jit(_nrt=False, nogil=True)
 inline_kernel = _jit(_nrt=False, inline="always")
-njit_cached = _jit()
-dense_kernel = _jit(_nrt=False, fastmath={"contract"}, error_model="numpy")
+njit_cached = _jit(nogil=True)
+dense_kernel = _jit(_nrt=False, fastmath={"contract"}, error_model="numpy", nogil=True)
 
 
 class _CompileNotice(event.Listener):

@@ -23,6 +23,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families.base import _fmt, check_int
+from brwsim.interrupt import answering
 from brwsim.kernels.dist import ROOT_DRAW, ROOT_PRESET
 from brwsim.kernels.rng import root_key
 from brwsim.kernels.spec import Spec
@@ -82,8 +83,9 @@ class Policy:
 
     def run(self, spec: Spec, budgets: np.ndarray, key: np.uint64, first: int,
             count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Iterations ``first .. first + count - 1``: see :func:`run_policy`."""
-        return self.run_roots(spec, budgets, Roots.stationary(key, first, count))
+        """Iterations ``first .. first + count - 1``: see :func:`run_policy` (SIGINT is
+        answered while the policy's kernels run, :func:`brwsim.interrupt.answering`)."""
+        return answering(self.run_roots, spec, budgets, Roots.stationary(key, first, count))
 
     def run_roots(self, spec: Spec, budgets: np.ndarray,
                   roots: "Roots") -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from brwsim.drafters.shapes import DraftTree, best_first, dynamic, greedy_chain
 from brwsim.engine import start_threshold
 from brwsim.errors import UserError
 from brwsim.families.base import check_int, check_positive
-from brwsim.families.checkpoint import load_checkpoint
+from brwsim.families.checkpoint import check_slots, checkpoint_path, load_checkpoint
 from brwsim.families.transformer import Transformer, checkpoint_sha256, make_evaluator, shipped_checkpoint
 from brwsim.io import file_sha256
 from brwsim.backends.rounds import RootResult
@@ -161,10 +161,7 @@ class DraftModel(Policy):
             if given:
                 raise UserError(f"drafter: {', '.join(given)} apply to kind=ngram only")
             self.min = self.max = None
-            if not isinstance(path, (str, os.PathLike)):
-                what = "an EAGLE head folder" if kind == "eagle" else "a checkpoint folder"
-                raise UserError(f"drafter: path must be {what}, got {path!r}")
-            self.path = os.fspath(path)
+            self.path = checkpoint_path(path, "drafter: ")
             shape = "best" if shape is None else shape
             if shape not in SHAPES:
                 raise UserError(f"drafter: shape must be one of {', '.join(SHAPES)}, got {shape!r}")
@@ -235,13 +232,8 @@ class DraftModel(Policy):
         if vt != ck.vocab_size:
             raise UserError(f"{self!r}: the draft's vocabulary ({ck.vocab_size} tokens) differs "
                             f"from the target's ({vt} tokens)")
-        slots = int(spec.ipar[0, TF_SLOTS])
-        if slots > ck.max_positions:
-            raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
-                            f"draft model's {ck.max_positions} positions")
-        if ck.sliding_window and slots > ck.sliding_window:
-            raise UserError(f"{self!r}: the target's window + carry = {slots} exceeds the "
-                            f"draft model's sliding window of {ck.sliding_window} tokens")
+        check_slots(int(spec.ipar[0, TF_SLOTS]), ck, f"{self!r}: the target's ",
+                    "the draft model's")
 
     # -- batched targets -----------------------------------------------------------------
     def check_batched(self, family) -> None:

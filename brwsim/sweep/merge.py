@@ -46,7 +46,8 @@ _SWEEP_VARIABLES = (
     "expected_se", "depth_sum", "depth_mean", "depth_sumsq", "expected_depth_sum",
     "split_accepted_sum", "split_expected_sum", "split_expected_sumsq", "split_cross_sum",
     "split_expected_mean", "sharing_gain", "sharing_gain_se", "accepted_hist", "paper_bound",
-    "prediction", "prediction_se", "upper_bound", "upper_bound_se", "step_time",
+    "prediction", "prediction_se", "upper_bound", "upper_bound_se",
+    "upper_bound_point", "step_time",
     "plain_step_time", "speedup", "speedup_se", "best_budget", "best_speedup", "accepted",
     "expected_accepted", "depth",
 )

@@ -62,7 +62,8 @@ PRODUCT_SUMS = (("depth_sumsq", "depth", "depth"), ("expected_depth_sum", "expec
                 ("split_cross_sum", "expected_accepted", "expected_accepted_split"))
 THEORY_VARS = ("mu", "mu2", "mu_se", "mu2_se", "h2")
 #: Per-budget theory variables of a theory shard (absent when the prediction is "none").
-THEORY_BUDGET_VARS = ("prediction", "prediction_se", "upper_bound", "upper_bound_se")
+THEORY_BUDGET_VARS = ("prediction", "prediction_se", "upper_bound", "upper_bound_se",
+                      "upper_bound_point")
 _CHECKSUM = {"fletcher32": True}
 _DIGEST = "checksum_sha256"
 

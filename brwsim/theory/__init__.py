@@ -28,7 +28,9 @@ from brwsim.theory.laws import (
     geometric_atom_count,
 )
 from brwsim.theory.predict import (
+    BOUND_ALPHA,
     CURVES,
+    Bound,
     Prediction,
     TheoryCurves,
     check_family,
@@ -49,6 +51,8 @@ __all__ = [
     "SpineSteps",
     "Moments",
     "Prediction",
+    "Bound",
+    "BOUND_ALPHA",
     "TheoryCurves",
     "theory_curves",
     "paper_bound_reason",

@@ -82,6 +82,12 @@ class ContextSpine:
         mus = [law.mu for law in self.laws if law.mu > 0 and math.isfinite(law.mu)]
         return min(mus) if mus else math.nan
 
+    @property
+    def grid_mu(self) -> float:
+        """The mean step the default grid step is set from (``h = min(1e-3, grid_mu / 100)``);
+        the smallest of the laws' unless the spine knows how often each law is used."""
+        return self.min_mu
+
 
 class RegimeSpine(ContextSpine):
     """A Markov regime along every path: node of regime i draws q from law i, and each
@@ -106,6 +112,22 @@ class RegimeSpine(ContextSpine):
         self.initial = np.asarray(initial, dtype=float).ravel()
         if self.transition.shape != (k, k) or self.initial.shape != (k,):
             raise UserError(f"a regime spine needs a {k}x{k} transition and {k} initial weights")
+
+    @property
+    def grid_mu(self) -> float:
+        """The regimes' mean steps weighted by the root's regime law (the stationary law of
+        a ``markovregime``), as the i.i.d. mixture of the same parts sets its grid.
+
+        The floor grid gives a bound at any step; a near-deterministic regime (mean step
+        near 0) would otherwise set a grid so fine that the bound takes minutes, while
+        tightening it only by about ``h / (2 mu)`` relative.
+        """
+        mus = np.array([law.mu for law in self.laws])
+        ok = (mus > 0) & np.isfinite(mus)
+        w = self.initial[ok]
+        if not ok.any() or not w.sum() > 0:
+            return self.min_mu
+        return float(w @ mus[ok] / w.sum())
 
     def density(self, laws, h, size, mode):
         f = np.stack([law.cells(h, size, mode) for law in laws])          # (K, N)
@@ -214,7 +236,7 @@ def _grid_step(spine: ContextSpine, h: float | None) -> float:
                             f"{step:.4g}; do not pass h")
         return step
     if h is None:
-        mu = spine.min_mu
+        mu = spine.grid_mu
         if mu < 1e-6:
             raise NoTheory(f"a component's mean step is {mu:.3g} nats (an entropy near 0: "
                            "its paths are nearly chains); the grid the bound needs is too fine")
@@ -253,8 +275,9 @@ def context_values(spine: ContextSpine, budgets: np.ndarray, h: float | None = N
     budgets : numpy.ndarray
         Budgets P >= 1 (validated by the caller).
     h : float, optional
-        Grid step (default ``min(1e-3, mu_min / 100)``, mu_min the smallest mean step of
-        the laws; a sampled law's own step).
+        Grid step (default ``min(1e-3, mu / 100)``, mu the spine's ``grid_mu``: the
+        smallest mean step of the laws, or for regimes their mean under the root's regime
+        law; a sampled law's own step).
     mode : {"floor", "split"}
         ``"floor"``: the Lagrangian minimum on the floor grid, a proven upper bound.
         ``"split"``: the mean-measure fill (the renewal prediction), exact measures only.

@@ -26,6 +26,7 @@ Natural logarithms (nats) everywhere. The derivation is in ``docs/theory.md``; i
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from brwsim.theory.convolution import fft_convolve
 from brwsim.theory.laws import (
     SpineLaw,
 )
+from brwsim.theory.sampled import law_seed
 from brwsim.theory.renewal import (
     fill_mean_measure,
     lagrangian_min,
@@ -46,7 +48,7 @@ from brwsim.theory.renewal import (
 )
 from brwsim.validate import echo
 
-__all__ = ["Prediction", "paper_bound", "prediction", "prediction_with_se", "upper_bound",
+__all__ = ["Prediction", "Bound", "BOUND_ALPHA", "paper_bound", "prediction", "prediction_with_se", "upper_bound",
            "exact_small_budget", "check_family", "spine_steps", "context_spine", "is_iid",
            "NoTheory", "TheoryCurves", "theory_curves", "paper_bound_reason", "CURVES"]
 
@@ -153,6 +155,60 @@ class Prediction:
     se: np.ndarray
 
 
+#: Default risk of the proven bound where the spine law is sampled: the reported bound
+#: is below the bound of the true law with probability at most about this.
+BOUND_ALPHA = 1e-3
+
+
+@dataclass(frozen=True)
+class Bound(Prediction):
+    """A proven upper bound per budget at a stated confidence.
+
+    Where the spine law is exact the bound is proven outright (``se`` 0, ``value`` equal
+    to ``point``). Where it is sampled, the Lagrangian minimum of the sampled law is only
+    an estimate of the true law's (``point``, with standard error ``se`` from the law's
+    independent batches); ``value`` adds Student's t quantile at ``1 - alpha`` (with the
+    batches' degrees of freedom) times ``se``, so it lies at or above the true law's bound
+    with probability about ``1 - alpha`` or more.
+
+    Attributes
+    ----------
+    value : numpy.ndarray
+        The bound at confidence ``1 - alpha`` (the "proven" value).
+    se : numpy.ndarray
+        Standard error of ``point`` from sampling the spine-step law (0 when exact).
+    point : numpy.ndarray
+        The Lagrangian minimum of the (sampled) law itself.
+    alpha : float
+        The stated risk.
+    quantile : float
+        The multiplier of ``se`` (0 where no law is sampled).
+    """
+
+    point: np.ndarray = None
+    alpha: float = BOUND_ALPHA
+    quantile: float = 0.0
+
+
+def _check_alpha(alpha) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) \
+            or not 0.0 < float(alpha) < 0.5:
+        raise UserError(f"alpha (the proven bound's risk) must be in (0, 0.5), got {alpha!r}")
+    return float(alpha)
+
+
+def _proven(point: np.ndarray, se: np.ndarray, replicates: int, alpha: float) -> Bound:
+    """``point + t_{1 - alpha, replicates - 1} se`` (the point itself when se is 0)."""
+    point = np.asarray(point, dtype=float)
+    se = np.asarray(se, dtype=float)
+    if replicates < 2 or not (se > 0).any():
+        return Bound(point, se, point, alpha, 0.0)
+    from scipy.special import stdtrit   # imported on use: scipy.special costs start-up time
+
+    q = float(stdtrit(replicates - 1, 1.0 - alpha))
+    return Bound(point + q * se, se, point, alpha, q)
+
+
 def _evaluate(steps: SpineLaw, P: np.ndarray, h: float | None, mode: str) -> Prediction:
     """The prediction (split grid) or the bound (floor grid), with a delta-method SE.
 
@@ -185,16 +241,19 @@ def _evaluate(steps: SpineLaw, P: np.ndarray, h: float | None, mode: str) -> Pre
     return Prediction(value.reshape(P.shape), se.reshape(P.shape))
 
 
-def prediction_with_se(family, budgets, *, h: float | None = None) -> Prediction:
+def prediction_with_se(family, budgets, *, h: float | None = None,
+                       seed: int | None = None) -> Prediction:
     """The numerical renewal prediction of E[X] with its standard error.
 
     See :func:`prediction`; the standard error is 0 for families with an exact spine law.
+    ``seed`` draws the sampled spine laws anew (as in :func:`upper_bound`).
     """
     P = _budgets(budgets)
-    spine = context_spine(family)
-    if spine is not None:
-        return Prediction(*context_values(spine, P, h, "split"))
-    return _evaluate(spine_steps(family), P, h, "split")
+    with _seeded(seed):
+        spine = context_spine(family)
+        if spine is not None:
+            return Prediction(*context_values(spine, P, h, "split"))
+        return _evaluate(spine_steps(family), P, h, "split")
 
 
 def prediction(
@@ -333,7 +392,8 @@ def exact_small_budget(family) -> float:
     return float(value)
 
 
-def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:
+def upper_bound(family, budgets, *, h: float | None = None, alpha: float = BOUND_ALPHA,
+                seed: int | None = None) -> Bound:
     """A proven upper bound on E[X] for every drafter that knows the distributions.
 
     For any tree T of P nodes and any lambda = e^{-t} >= 0,
@@ -344,8 +404,11 @@ def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:
     (the paper's is ``(mu + mu2) / mu^2``). The renewal functions are computed on the grid
     ``j h`` after moving every step *down* to a grid point, which can only raise
     ``E[sum (p - lambda)^+]``, and are then exact lattice sums: the result is a bound,
-    not an approximation, up to float round-off (and, for sampled laws, the sampling
-    error reported as ``se``). Derivation: ``docs/theory.md``.
+    not an approximation, up to float round-off. Where the spine law is sampled, the
+    minimum on the sampled law is an estimate of the true law's (``point``, standard
+    error ``se``): the returned ``value`` is then ``point`` plus Student's t quantile at
+    ``1 - alpha`` times ``se``, a bound at confidence ``1 - alpha``. Derivation:
+    ``docs/theory.md``.
 
     Parameters
     ----------
@@ -356,11 +419,19 @@ def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:
     h : float, optional
         Grid step (default as :func:`prediction`); a smaller step tightens the bound by
         about ``h / (2 mu)`` relative.
+    alpha : float
+        Risk of the bound where the spine law is sampled, in (0, 0.5) (default
+        :data:`BOUND_ALPHA`).
+    seed : int, optional
+        Draw the sampled spine laws with this seed (another independent draw of the law,
+        so the standard error can be checked); default: the family's memoised law
+        (seed 0). No effect on exact laws.
 
     Returns
     -------
-    Prediction
-        The bound per budget and its standard error (0 for exact laws).
+    Bound
+        The bound at confidence ``1 - alpha`` (``value``), the sampled law's own minimum
+        (``point``) and its standard error (0 for exact laws).
 
     Raises
     ------
@@ -374,15 +445,29 @@ def upper_bound(family, budgets, *, h: float | None = None) -> Prediction:
     mean measure (:mod:`brwsim.theory.contextual`); others raise :class:`NoTheory`.
     """
     P = _budgets(budgets)
-    spine = context_spine(family)
-    if spine is not None:
-        return Prediction(*context_values(spine, P, h, "floor"))
-    return _evaluate(spine_steps(family), P, h, "floor")
+    alpha = _check_alpha(alpha)
+    with _seeded(seed):
+        spine = context_spine(family)
+        if spine is not None:
+            point, se = context_values(spine, P, h, "floor")
+            reps = min((len(r) for r in (law.replicates() for law in spine.laws) if r),
+                       default=0)
+        else:
+            steps = spine_steps(family)
+            res = _evaluate(steps, P, h, "floor")
+            point, se = res.value, res.se
+            reps = len(steps.replicates())
+    return _proven(point, se, reps, alpha)
+
+
+def _seeded(seed: int | None):
+    """Inside: sampled spine laws drawn with ``seed`` (no change when it is None)."""
+    return contextlib.nullcontext() if seed is None else law_seed(seed)
 
 
 #: The per-budget theory variables :func:`theory_curves` returns.
 CURVES = ("prediction", "prediction_se", "prediction_asymptotic", "upper_bound",
-          "upper_bound_se")
+          "upper_bound_se", "upper_bound_point")
 
 
 @dataclass(frozen=True)
@@ -393,7 +478,9 @@ class TheoryCurves:
     ----------
     values : dict of str to numpy.ndarray
         :data:`CURVES`: ``prediction`` (and ``prediction_se``), ``prediction_asymptotic``,
-        ``upper_bound`` (the proven bound) and ``upper_bound_se``.
+        ``upper_bound`` (the proven bound, at confidence ``1 - BOUND_ALPHA`` where the
+        spine law is sampled), ``upper_bound_se`` and ``upper_bound_point`` (the sampled
+        law's own minimum; equal to ``upper_bound`` where the law is exact).
     reasons : dict of str to str
         For every NaN variable, the one-line reason (stored as its ``reason`` attribute).
     """
@@ -432,12 +519,15 @@ def theory_curves(family, budgets, method: str = "numerical") -> TheoryCurves:
         except (UserError, NotImplementedError) as exc:
             values[name] = nan
             reasons[name] = str(exc)
-            if name + "_se" in CURVES:
-                values[name + "_se"], reasons[name + "_se"] = nan, str(exc)
+            for extra in ("_se", "_point"):
+                if name + extra in CURVES:
+                    values[name + extra], reasons[name + extra] = nan, str(exc)
             return
         if isinstance(res, Prediction):
             values[name], values[name + "_se"] = (np.asarray(res.value, float),
                                                   np.asarray(res.se, float))
+            if isinstance(res, Bound):
+                values[name + "_point"] = np.asarray(res.point, float)
         else:
             values[name] = np.asarray(res, float)
 

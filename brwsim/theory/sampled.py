@@ -8,11 +8,15 @@ prediction carries its standard error.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.interrupt import answering
 from brwsim.kernels.dist import DATA_OFF, LEVEL_F, LEVEL_I, ORDERSTAT
 from brwsim.kernels.orderstat import OS_INV_H, OS_LAZY, OS_LOGW, OS_N_HEAD, OS_N_INT, OS_VOCAB, OS_X0
 from brwsim.kernels.special import spline_eval
@@ -26,7 +30,32 @@ from brwsim.kernels.spine import (
 from brwsim.keys import seed_key
 from brwsim.theory.laws import X_CAP, Moments, SpineLaw, mode_code
 
-__all__ = ["SampledLaw", "sampled_law"]
+__all__ = ["SampledLaw", "sampled_law", "law_seed", "current_law_seed"]
+
+#: The seed a :class:`SampledLaw` draws with when none is given: 0 unless a caller asks
+#: for another draw of the law (:func:`law_seed`).
+_LAW_SEED: contextvars.ContextVar[int] = contextvars.ContextVar("brwsim_law_seed", default=0)
+
+
+def current_law_seed() -> int:
+    """The seed sampled spine laws are drawn with here (0 outside :func:`law_seed`)."""
+    return _LAW_SEED.get()
+
+
+@contextlib.contextmanager
+def law_seed(seed: int) -> Iterator[None]:
+    """Draw every sampled spine law built inside with ``seed`` (another draw of the law).
+
+    Families memoise their laws per seed (:meth:`~brwsim.families.Family.cached_spine_law`),
+    so a composite family (mixture, regimes, tempered) redraws every sampled part.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UserError(f"the spine law's seed must be an integer >= 0, got {seed!r}")
+    token = _LAW_SEED.set(int(seed))
+    try:
+        yield
+    finally:
+        _LAW_SEED.reset(token)
 
 
 class SampledLaw(SpineLaw):
@@ -45,8 +74,9 @@ class SampledLaw(SpineLaw):
         bias is of order 1/n against the law's standard error of order 1/sqrt(n)).
     batches : int
         Independent batches; the prediction's standard error is their spread.
-    seed : int
-        Seed of the draws (a function of (seed, distribution index), like the trees).
+    seed : int, optional
+        Seed of the draws (a function of (seed, distribution index), like the trees);
+        default :func:`current_law_seed` (0 unless inside :func:`law_seed`).
     eps : float
         A distribution is generated until its remaining mass is below this.
     walk : bool
@@ -102,14 +132,15 @@ class SampledLaw(SpineLaw):
 
     exact = False
 
-    def __init__(self, family, rank_budget: int = 600_000, batches: int = 10, seed: int = 0,
+    def __init__(self, family, rank_budget: int = 600_000, batches: int = 10,
+                 seed: int | None = None,
                  eps: float = 1e-9, walk: bool = True, switch_ratio: float = SWITCH_RATIO,
                  n_distributions: int | None = None, tail_noise: bool = False) -> None:
         spec = family.spec()
         if len(spec.cprog) > 1:
             raise UserError(f"{family!r}: a context-dependent family has no i.i.d. spine law "
                             "to sample; use its marginal")
-        key = seed_key(seed)
+        key = seed_key(current_law_seed() if seed is None else seed)
         lf = np.empty((1, LEVEL_F))
         li = np.empty((1, LEVEL_I), np.int64)
         head = np.empty((1, max(spec.head_cap, 1)))
@@ -121,7 +152,7 @@ class SampledLaw(SpineLaw):
             split, floor = np.zeros((batches, size)), np.zeros((batches, size))
             ranks, cells = np.empty(n, np.int64), np.empty(n, np.int64)
             ent, ent2 = np.empty(n), np.empty(n)
-            done = _sample_cells(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+            done = answering(_sample_cells, spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
                                  spec.cprog, key, n, 16 * batches, cap, h, eps, lf, li, head,
                                  *tables, TABLE_STEP, ratio, SWITCH_RHO, bool(tail_noise),
                                  split, floor, ranks, cells, ent, ent2)

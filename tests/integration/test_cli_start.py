@@ -69,3 +69,27 @@ def test_the_package_names_stay_functions_after_their_submodules_load():
             "assert inspect.ismodule(brwsim.bank) and inspect.isclass(brwsim.Dirichlet)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+
+
+def test_argument_errors_of_every_command_import_nothing_heavy():
+    """``brwsim COMMAND --bogus`` (and a missing required argument) is refused by the
+    argument parser before any numpy, numba or xarray is loaded (issue 39)."""
+    names = [name for name, _, _ in COMMANDS]
+    code = ("import sys\nfrom brwsim.cli import main\n"
+            f"codes = [main([n, '--bogus']) for n in {names!r}]\n"
+            "heavy = [m for m in ('numpy', 'numba', 'xarray', 'scipy', 'matplotlib') if m in sys.modules]\n"
+            "print(set(codes), heavy, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stderr.splitlines()[-1] == "{2} []", r.stderr
+
+
+def test_the_light_parser_keeps_the_real_defaults_and_the_family_list():
+    from brwsim.capture import DEFAULT_TOKENS, EXACT_VOCAB
+    from brwsim.cli import bank, sweep
+    from brwsim.sweep import BACKENDS
+
+    assert (bank.DEFAULT_TOKENS, bank.EXACT_VOCAB) == (DEFAULT_TOKENS, EXACT_VOCAB)
+    assert sweep.BACKENDS == BACKENDS
+    r = brwsim("run", "--help")
+    assert r.returncode == 0 and "families (name(parameters)" in r.stdout
+    assert "dirichlet(" in r.stdout and "policies for --policy" in r.stdout

@@ -75,6 +75,39 @@ def test_sigint_while_kernels_load_and_run(tmp_path, warm, delay):
     assert listing(tmp_path) == []
 
 
+#: One tree of 2 million nodes of a flat law: a single kernel call of well over 10 s.
+HUGE_TREE = ["run", "--family", "dirichlet(alpha=1, vocab=1000)", "--budgets", "2097152",
+             "--iterations", "2", "--quiet", "--out", "r.nc"]
+
+
+@pytest.mark.slow
+def test_sigint_inside_one_long_kernel_call(tmp_path):
+    """The kernel call of one huge tree lasts seconds; SIGINT in its middle is answered
+    within 1 s (the call runs in a helper thread, the main thread waits in short joins)."""
+    res = subprocess.run([sys.executable, "-m", "brwsim.cli", *HUGE_TREE[:4], "64",
+                          "--iterations", "2", "--quiet", "--no-out"], env=ENV,
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-2000:]      # its kernels compiled and cached
+    for delay in (8.0, 12.0):                        # start-up takes a few seconds
+        _interrupt_after(HUGE_TREE, tmp_path, delay)
+        assert listing(tmp_path) == []
+
+
+def test_answering_runs_the_call_and_raises_its_errors():
+    import signal as sig
+
+    from brwsim.interrupt import answering
+
+    old = sig.signal(sig.SIGINT, sig.default_int_handler)
+    try:
+        assert answering(divmod, 7, 2) == (3, 1)                  # through the helper thread
+        with pytest.raises(ZeroDivisionError):
+            answering(divmod, 1, 0)
+    finally:
+        sig.signal(sig.SIGINT, old)
+    assert answering(divmod, 9, 4) == (2, 1)                      # a plain call
+
+
 def test_an_interrupt_wrapped_by_numba_is_recognised():
     try:
         try:
