@@ -114,9 +114,9 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run_capture(args: argparse.Namespace) -> int:
     """Run ``brwsim capture`` with parsed arguments; print a summary."""
-    from brwsim.capture import capture_bank
-
     import time
+
+    from brwsim.capture import capture_bank
 
     start = time.perf_counter()
     with stdin_file(args.prompts, ".txt") as prompts:
