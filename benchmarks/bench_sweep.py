@@ -125,6 +125,55 @@ def many_small(root: Path) -> None:
           f"{np.median(theory):.3f} s, max {max(theory):.3f} s")
 
 
+SHELL_ALPHAS = [0.05, 0.1, 0.3, 1.0, 3.0]
+SHELL_VOCABS = [200, 1000, 32000, 262144]
+SHELL_P, SHELL_IT = 1024, 600
+
+
+def shell(root: Path, jobs: int) -> None:
+    """``brwsim sweep`` of 20 Dirichlet points from the shell (a fresh process, kernels
+    cached, no theory) against the kernel's own rate on the same trees in this process."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    from brwsim import Dirichlet
+    from brwsim.simulate import run_iterations, seed_key
+    from brwsim.sweep.config import load_config
+
+    text = (f'[sweep]\nseed = 3\niterations = {SHELL_IT}\nchunk = {SHELL_IT // 2}\n'
+            f'budgets = "1..{SHELL_P}"\nprediction = "none"\n[[sweep.family]]\nname = "dirichlet"\n'
+            f'alpha = {SHELL_ALPHAS}\nvocab = {SHELL_VOCABS}\n')
+    toml = root / "s.toml"
+    toml.write_text(text)
+    cfg = load_config(toml)
+    budgets = 2 ** np.arange(11)
+    argv = [sys.executable, "-m", "brwsim.cli", "sweep", str(toml), "--quiet", "--summary-only",
+            "--jobs", str(jobs)]
+    env = {**os.environ, "BRWSIM_COMPILE_NOTICE": "0"}
+    subprocess.run(argv + ["--out", str(root / "warm")], check=True, env=env)   # caches
+    kernel = 0.0
+    for p in cfg.points():                        # the same trees, one call per chunk
+        spec, key = p.family.spec(), np.uint64(cfg.point_key(p.index))
+        run_iterations(spec, budgets, key, 0, 2)
+        for _, first, count in cfg.chunks():
+            t0 = time.perf_counter()
+            run_iterations(spec, budgets, key, first, count)
+            kernel += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    subprocess.run(argv + ["--out", str(root / "timed")], check=True, env=env)
+    wall = time.perf_counter() - t0
+    nodes = len(list(cfg.points())) * SHELL_IT * SHELL_P
+    print(f"shell sweep: 20 Dirichlet points x {SHELL_IT} trees x P_max {SHELL_P} = "
+          f"{nodes:.3g} tree nodes, --jobs {jobs}")
+    print(f"  kernel alone {kernel:.2f} s ({nodes / kernel:.3g} nodes/s); `brwsim sweep` from "
+          f"the shell {wall:.2f} s = {kernel / wall:.2f} of the kernel's rate"
+          f"{'' if jobs == 1 else f' (on {jobs} workers)'}")
+
+
 def main() -> None:
     """Parse arguments, run the sweep on 1 and N workers, print throughput and efficiency."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -135,7 +184,13 @@ def main() -> None:
     ap.add_argument("--raw", action="store_true", help="keep per-iteration arrays")
     ap.add_argument("--many-small", action="store_true",
                     help="a sweep of 32 small points end to end against the kernel alone")
+    ap.add_argument("--shell", action="store_true",
+                    help="`brwsim sweep` of 20 Dirichlet points from the shell against the kernel")
     args = ap.parse_args()
+    if args.shell:
+        with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
+            shell(Path(tmp), 1)
+        return
     if args.many_small:
         with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
             many_small(Path(tmp))

@@ -157,21 +157,22 @@ def worker_guard(driver: str) -> None:
 def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, with SIGINT answered while it runs.
 
-    In the main thread while SIGINT raises ``KeyboardInterrupt`` (inside
-    :class:`command_handlers`), the call runs in a helper thread and the main thread waits
+    In the ``brwsim`` command's main thread while SIGINT raises ``KeyboardInterrupt``
+    (inside :class:`command_handlers`), the call runs in a helper thread and the main thread waits
     in joins of :data:`JOIN_SECONDS`, so the interrupt is raised there within that time
     even while the call sits in one long compiled kernel (which must release the GIL:
     brwsim's kernels are compiled ``nogil``). The interrupted call is abandoned: its
     thread finishes into arrays nobody reads (the command ends the process at once);
     callers must not hand its buffers to another call afterwards. Anywhere else (a
-    program, a worker thread or process) it is a plain call.
+    program or a notebook calling brwsim, where an abandoned call would go on using a
+    core; a worker thread or process) it is a plain call.
 
     Returns
     -------
     Any
         ``fn``'s result; an exception it raised is raised here.
     """
-    if (threading.current_thread() is not threading.main_thread()
+    if (not _is_command() or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         return fn(*args, **kwargs)
     box: dict[str, Any] = {}

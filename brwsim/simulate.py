@@ -385,7 +385,7 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
         raise UserError(f"summarize needs a Dataset from simulate(); this one has no {what}")
     n = ds.sizes["iteration"]
     root_n = math.sqrt(n)
-    se = lambda v: ds[v].std("iteration", ddof=1) / root_n if n > 1 else ds[v] * np.nan  # noqa: E731
+    se = lambda v: ds[v].std("iteration", ddof=1) / root_n if n > 1 else ds[v].mean("iteration") * np.nan  # noqa: E731
     out = xr.Dataset({
         "accepted_mean": ds["accepted"].mean("iteration"),
         "accepted_se": se("accepted"),

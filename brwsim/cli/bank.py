@@ -122,10 +122,10 @@ def _register_capture(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run_capture(args: argparse.Namespace) -> int:
     """Run ``brwsim capture`` with parsed arguments; print a summary."""
+    import time
+
     from brwsim.capture import capture_bank, capture_roots
     from brwsim.families import parse_family
-
-    import time
 
     start = time.perf_counter()
     if args.family is not None:

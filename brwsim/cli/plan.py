@@ -74,10 +74,10 @@ def register(sub: Any) -> None:
 
 def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
     """(family, where it came from, (h, h_se, shape, vocab) of a --tau fit or None)."""
+    import math
+
     from brwsim.families import DEFAULT_FAMILY, Empirical, parse_family
     from brwsim.theory.ceiling import entropy_family, implied_entropy
-
-    import math
 
     given = [name for name, v in (("--family", args.family), ("--bank", args.bank),
                                   ("--tau", args.tau)) if v is not None]
@@ -118,14 +118,13 @@ def _plan_family(args: argparse.Namespace) -> tuple[Any, str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from brwsim.cost import make_cost
     from brwsim.plan import plan
     from brwsim.textform import format_table, parse_budgets
     from brwsim.theory.ceiling import entropy_family
     from brwsim.validate import check_output_path
-
-    import numpy as np
-
 
     if args.out:
         check_output_path(args.out, "--out")          # before the simulation, not after it
@@ -234,12 +233,11 @@ def edge_notes(batches: Any, best: Any, budgets: Any) -> list[str]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    import json
+
     from brwsim.export import engine_settings, predicted_schedule
     from brwsim.io import atomic_path
     from brwsim.validate import check_output_path
-
-    import json
-
 
     if args.out:
         check_output_path(args.out, "--out")

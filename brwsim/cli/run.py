@@ -167,7 +167,6 @@ def _batch_run_table(ds, family, args: argparse.Namespace) -> int:
     from brwsim.simulate import summarize
     from brwsim.textform import format_table
 
-
     s = summarize(ds)
     b = args.batch
     if args.format != "table":
@@ -214,7 +213,6 @@ def _policy_table(ds) -> str:
     """E[X | T] of every policy and its paired fraction of the optimum (with SE), per budget."""
     from brwsim.simulate import policy_gap
     from brwsim.textform import format_table
-
 
     g = policy_gap(ds)
     rows = []

@@ -37,13 +37,13 @@ def register(sub: Any) -> None:
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from brwsim.families import parse_family
     from brwsim.simulate import predictions, validate_budgets
     from brwsim.textform import format_table, parse_budgets
     from brwsim.theory import BOUND_ALPHA, check_family, paper_bound, paper_bound_reason
     from brwsim.theory.conditioned import DEFAULT_EXPAND, DEFAULT_SAMPLES
-
-    import numpy as np
 
     family = parse_family(args.family)
     check_family(family)

@@ -7,6 +7,7 @@ caller's backend (loky by default, dask through ``joblib.parallel_config``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import time
@@ -21,7 +22,7 @@ import numpy as np
 from brwsim.engine import run_forest, run_iterations
 from brwsim.errors import UserError
 from brwsim.interrupt import driver_tag
-from brwsim.policies import parse_policy
+from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.sweep.claim import FolderState
 from brwsim.sweep.config import SweepConfig
 from brwsim.sweep.shards import (
@@ -200,14 +201,18 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
     from tqdm.auto import tqdm
 
     _warm_numba(tasks)
+    here = _theory_here(tasks)
+    rest = [t for t in tasks if not any(t is h for h in here)]
     inputs = {(t.point, t.chunk): t.inputs for t in tasks}
     nodes = 0
     with _parallel_backend(backend, scheduler, jobs) as n_jobs, \
             tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
                  disable=not show, dynamic_ncols=True) as bar:
         start = time.perf_counter()
-        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-            delayed(run_task)(t) for t in tasks)
+        results = itertools.chain(
+            (run_task(t) for t in here),
+            Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+                delayed(run_task)(t) for t in rest) if rest else ())
         for res in results:
             _check_written(out, res)
             infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited, res.code,
@@ -219,14 +224,48 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
     return nodes
 
 
+def _kernel_group(spec: Any) -> tuple[str, ...]:
+    """What selects a kernel's compiled specialisation: the dtypes of a spec's arrays."""
+    return tuple(str(a.dtype) for a in (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                                        spec.cprog))
+
+
 def _warm_numba(tasks: list[Task]) -> None:
-    """Compile (or load from numba's cache) the kernel once here, before fanning out."""
-    task = next((t for t in tasks if isinstance(t, ChunkTask) and t.spec is not None), None)
-    if task is not None:                 # (a batched backend compiles nothing)
-        run_iterations(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1)
-    task = next((t for t in tasks if isinstance(t, ChunkTask) and t.batch > 1), None)
-    if task is not None:
-        run_forest(task.spec, task.budgets[:1], np.uint64(task.key), 0, 1, 2)
+    """Compile (or load from numba's cache) every tree kernel the chunk tasks need once
+    here, before fanning out, so that workers load machine code instead of compiling the
+    same kernel side by side: one tree at the smallest budget per kernel group and kind
+    of call (the optimal tree, the forest of a batch, each policy). The theory tasks'
+    kernels: :func:`_theory_here`."""
+    done = set()
+    for t in tasks:
+        if isinstance(t, ChunkTask) and t.spec is not None:     # (a batched backend compiles nothing)
+            policy = t.policy if t.policy and t.policy != repr(Optimal()) and t.batch == 1 else ""
+            what = ("forest" if t.batch > 1 else policy, _kernel_group(t.spec))
+            if what in done:
+                continue
+            done.add(what)
+            key, b = np.uint64(t.key), t.budgets[:1]
+            if t.batch > 1:
+                run_forest(t.spec, b, key, 0, 1, 2)
+            elif policy:
+                run_policy(parse_policy(policy), t.spec, b, key, 0, 1)
+            else:
+                run_iterations(t.spec, b, key, 0, 1)
+
+
+def _theory_here(tasks: list[Task]) -> list[Task]:
+    """The theory tasks to run in the driver before fanning out: the first of each kind of
+    family and kernel group, so that the kernels their spine laws need (sampled laws,
+    quadratures) are compiled once, here, not side by side in the workers (nothing is
+    wasted: their shards are the sweep's)."""
+    here, seen = [], set()
+    for t in tasks:
+        if isinstance(t, TheoryTask) and not getattr(t.family, "batched", False):
+            what = (type(t.family).__name__, _kernel_group(t.family.spec()))
+            if what not in seen:
+                seen.add(what)
+                here.append(t)
+    return here
 
 
 def _check_written(out: Path, res: TaskResult) -> None:

@@ -93,11 +93,13 @@ def test_sigint_inside_one_long_kernel_call(tmp_path):
         assert listing(tmp_path) == []
 
 
-def test_answering_runs_the_call_and_raises_its_errors():
+def test_answering_runs_the_call_and_raises_its_errors(monkeypatch):
     import signal as sig
 
+    from brwsim import interrupt
     from brwsim.interrupt import answering
 
+    monkeypatch.setattr(interrupt, "_is_command", lambda: True)   # as in the command
     old = sig.signal(sig.SIGINT, sig.default_int_handler)
     try:
         assert answering(divmod, 7, 2) == (3, 1)                  # through the helper thread
@@ -106,6 +108,10 @@ def test_answering_runs_the_call_and_raises_its_errors():
     finally:
         sig.signal(sig.SIGINT, old)
     assert answering(divmod, 9, 4) == (2, 1)                      # a plain call
+    monkeypatch.setattr(interrupt, "_is_command", lambda: False)  # a program: plain calls
+    threads = []
+    assert answering(lambda: threads.append(__import__("threading").current_thread())) is None
+    assert threads == [__import__("threading").main_thread()]
 
 
 def test_an_interrupt_wrapped_by_numba_is_recognised():
