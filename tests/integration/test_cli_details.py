@@ -102,3 +102,11 @@ def test_quiet_silences_compile_notices_and_restores_them(monkeypatch):
     with quiet_compiles(False):
         COMPILE_NOTICE._say("compiling y ...")
     assert err.getvalue() == "brwsim: compiling y ...\n"
+
+
+def test_a_run_of_one_iteration_prints_its_table(capsys):
+    """One iteration has no standard error: the table says nan, never a traceback."""
+    assert main(["run", "--family", "geometric(0.5)", "--budgets", "1,4", "--iterations", "1",
+                 "--no-out", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^ 4 .* nan", out, re.M)
