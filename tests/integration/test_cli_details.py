@@ -109,4 +109,4 @@ def test_a_run_of_one_iteration_prints_its_table(capsys):
     assert main(["run", "--family", "geometric(0.5)", "--budgets", "1,4", "--iterations", "1",
                  "--no-out", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^ 4 .* nan", out, re.M)
+    assert re.search(r"^4 .* nan", out, re.M)
