@@ -83,6 +83,7 @@ class Recorder:
 
     def __init__(self, ev, cfg):
         self.ev, self.cfg, self.calls, self.t_extend, self.t_start = ev, cfg, [], 0.0, 0.0
+        self.c_extend = 0.0
         self.vocab_size, self.max_positions, self.dtype = ev.vocab_size, ev.max_positions, ev.dtype
         self.flops, self.peak_weighted = 0.0, 0.0
 
@@ -102,9 +103,10 @@ class Recorder:
             dep[j] = 1 if p < 0 else (self.depth[p] if p < m0 else dep[p - m0]) + 1
         self.depth = np.concatenate([self.depth, dep])
         peak = matmul_peak(3)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = self.ev.extend(parents, tokens)
         dt = time.perf_counter() - t0
+        self.c_extend += time.process_time() - c0
         self.t_extend += dt
         self.peak_weighted += peak * dt
         self.flops += sum(node_flops(self.cfg, self.n_ctx, int(d)) for d in dep)
@@ -129,7 +131,7 @@ def torch_replay(folder: str, calls: list, threads: int = 1):
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model.eval()
-    t_ext, n_nodes, maxdiff = 0.0, 0, 0.0
+    t_ext, c_ext, n_nodes, maxdiff = 0.0, 0.0, 0, 0.0
     with torch.no_grad():
         for call in calls:
             if call[0] == "start":
@@ -156,7 +158,7 @@ def torch_replay(folder: str, calls: list, threads: int = 1):
                 while k >= 0:
                     allowed[j, n_ctx + k] = True
                     k = par_all[k]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             mask = torch.zeros(allowed.shape, dtype=torch.float32)
             mask.masked_fill_(torch.from_numpy(~allowed), torch.finfo(torch.float32).min)
             out = model(input_ids=torch.from_numpy(tok[None, :]),
@@ -164,9 +166,10 @@ def torch_replay(folder: str, calls: list, threads: int = 1):
                         attention_mask=mask[None, None], past_key_values=cache, use_cache=True)
             lp = torch.log_softmax(out.logits[0].double(), dim=-1)
             t_ext += time.perf_counter() - t0
+            c_ext += time.process_time() - c0
             n_nodes += n
             maxdiff = max(maxdiff, float(np.abs(lp[:, :64].numpy() - ref).max()))
-    return n_nodes, t_ext, maxdiff
+    return n_nodes, t_ext, c_ext, maxdiff
 
 
 def main() -> None:
@@ -212,15 +215,24 @@ def main() -> None:
     # the prefix of a 1,024-token root, cold and shared with the last root's
     rng = np.random.default_rng(1)
     long = rng.integers(0, cfg["vocab_size"], 1024)
-    ev.start((long[:8] + 1) % cfg["vocab_size"])
-    t0 = time.perf_counter()
-    ev.start(long)
-    t_cold = time.perf_counter() - t0
+    t_cold, c_cold = [], []
+    for _ in range(3):
+        ev.start((long[:8] + 1) % cfg["vocab_size"])
+        t0, c0 = time.perf_counter(), time.process_time()
+        ev.start(long)
+        t_cold.append(time.perf_counter() - t0)
+        c_cold.append(time.process_time() - c0)
     ev.start(long[:1024 - 32])
     t0 = time.perf_counter()
     ev.start(long)
     t_shared = time.perf_counter() - t0
-    n_b, t_b, maxdiff = torch_replay(args.model, rec.calls)
+    # FLOPs of the 1,024 prefix rows (weights, causal attention; the LM head of the last
+    # row only) in units of one tree node's FLOPs at this run's mean context length
+    d, nl = cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh, hd = cfg["num_attention_heads"], cfg.get("head_dim") or d // cfg["num_attention_heads"]
+    per_tok = node_flops(cfg, 0, 0) - 2.0 * d * cfg["vocab_size"]
+    prefix_flops = 1024 * per_tok + 2.0 * nl * 2 * nh * hd * (1024 * 1025 / 2) + 2.0 * d * cfg["vocab_size"]
+    n_b, t_b, c_b, maxdiff = torch_replay(args.model, rec.calls)
     rate_b = n_b / t_b
     out = {
         "model": args.model, "budget": args.budget, "trees": args.trees,
@@ -232,6 +244,9 @@ def main() -> None:
         "numpy_tree_nodes_per_s_all_in": round(args.trees * args.budget / t_tree, 2),
         "torch_nodes_per_s": round(rate_b, 2),
         "ratio_numpy_over_torch": round(rate_a / rate_b, 3),
+        "numpy_nodes_per_cpu_s": round(nodes / rec.c_extend, 2),
+        "torch_nodes_per_cpu_s": round(n_b / c_b, 2),
+        "ratio_numpy_over_torch_cpu": round((nodes / rec.c_extend) / (n_b / c_b), 3),
         "matmul_peak_gflops": round(peak / 1e9, 2),
         "numpy_gflops": round(rec.flops / rec.t_extend / 1e9, 2),
         "fraction_of_peak": round(rec.flops / rec.t_extend / peak, 3),
@@ -239,7 +254,9 @@ def main() -> None:
         "fraction_of_contemporaneous_peak": round(rec.flops / rec.peak_weighted, 3),
         "peak_rss_mb_after_numpy": round(rss_a, 1),
         "peak_rss_mb_end": round(rss_mb(), 1),
-        "prefix_1024_cold_in_nodes": round(t_cold * rate_a, 1),
+        "prefix_1024_cold_in_nodes": round(min(t_cold) * rate_a, 1),
+        "prefix_1024_cold_in_nodes_cpu": round(min(c_cold) * nodes / rec.c_extend, 1),
+        "prefix_1024_flops_in_node_flops": round(prefix_flops / (rec.flops / nodes), 1),
         "prefix_1024_shared_in_nodes": round(t_shared * rate_a, 1),
         "max_abs_logprob_diff_numpy_vs_torch": float(f"{maxdiff:.3g}"),
     }

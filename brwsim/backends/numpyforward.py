@@ -29,7 +29,9 @@ from brwsim.models.hfconfig import read_config
 
 __all__ = ["NumpyEvaluator", "load_hf_weights"]
 
-_CHUNK = 256          # context rows per block of start()
+_CHUNK = 512          # most context rows per block of start()
+_SCORES = 1 << 24     # most attention scores one block of start() holds
+_OWN_RATIO = 4        # a batch's tree keys per row, beyond which rows read their own paths
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
@@ -146,11 +148,12 @@ class NumpyEvaluator:
         self.nodes = 0
         self._ctx = np.empty(0, np.int64)
         self._last = None
-        self._feat = np.empty((0, 0), dt)     # final normed hidden state per context position
-        self._kc = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
-        self._vc = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
-        self._kt = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
-        self._vt = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
+        self._scale = dt(1.0 / math.sqrt(self.hd))
+        self._feat = np.empty((0, self.d), dt)     # final normed hidden state per context position
+        # K/V cache of each layer, (kv heads, rows, head_dim): the context's rows, then the
+        # tree's nodes in id order (node j at row len(context) + j)
+        self._k = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
+        self._v = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
         self._parent = np.empty(0, np.int64)
         self._depth = np.empty(0, np.int64)
         self._m = 0
@@ -178,21 +181,20 @@ class NumpyEvaluator:
         wte = g("wte.weight", (v, d))
         self._emb = c(wte)
         self._wpe = c(g("wpe.weight", (self.max_positions, d)))
-        head = wte if cfg.get("tie_word_embeddings", True) is not False else \
-            _get(w, ("lm_head.weight",), (v, d))
-        self._head = c(head.T)
+        # a tied head reads the embedding's own array, transposed (one copy of it)
+        self._head = self._emb.T if cfg.get("tie_word_embeddings", True) is not False else \
+            c(_get(w, ("lm_head.weight",), (v, d)).T)
         self._nf = (c(g("ln_f.weight", (d,))), c(g("ln_f.bias", (d,))))
         self._layers = []
         for i in range(self.nl):
             h = f"h.{i}."
-            self._layers.append(dict(
-                n1=(c(g(h + "ln_1.weight", (d,))), c(g(h + "ln_1.bias", (d,)))),
-                wqkv=c(g(h + "attn.c_attn.weight", (d, 3 * d))),
-                bqkv=c(g(h + "attn.c_attn.bias", (3 * d,))),
-                wo=c(g(h + "attn.c_proj.weight", (d, d))), bo=c(g(h + "attn.c_proj.bias", (d,))),
-                n2=(c(g(h + "ln_2.weight", (d,))), c(g(h + "ln_2.bias", (d,)))),
-                w1=c(g(h + "mlp.c_fc.weight", (d, ff))), b1=c(g(h + "mlp.c_fc.bias", (ff,))),
-                w2=c(g(h + "mlp.c_proj.weight", (ff, d))), b2=c(g(h + "mlp.c_proj.bias", (d,)))))
+            self._layers.append((
+                c(g(h + "ln_1.weight", (d,))), c(g(h + "ln_1.bias", (d,))),
+                c(g(h + "attn.c_attn.weight", (d, 3 * d))), c(g(h + "attn.c_attn.bias", (3 * d,))),
+                c(g(h + "attn.c_proj.weight", (d, d))), c(g(h + "attn.c_proj.bias", (d,))),
+                c(g(h + "ln_2.weight", (d,))), c(g(h + "ln_2.bias", (d,))),
+                c(g(h + "mlp.c_fc.weight", (d, ff))), c(g(h + "mlp.c_fc.bias", (ff,))),
+                c(g(h + "mlp.c_proj.weight", (ff, d))), c(g(h + "mlp.c_proj.bias", (d,)))))
         self.ff = ff
 
     def _init_llama(self, cfg: dict, w: dict, c) -> None:
@@ -219,9 +221,9 @@ class NumpyEvaluator:
         g = lambda n, s: _get(w, ("model." + n, n), s)  # noqa: E731
         emb = g("embed_tokens.weight", (v, d))
         self._emb = c(emb)
-        head = emb if cfg.get("tie_word_embeddings", False) is True else \
-            _get(w, ("lm_head.weight",), (v, d))
-        self._head = c(head.T)
+        self._head = self._emb.T if cfg.get("tie_word_embeddings", False) is True else \
+            c(_get(w, ("lm_head.weight",), (v, d)).T)
+        del emb
         self._nf = (c(g("norm.weight", (d,))), None)
         # rotary angles in float64, then rounded once to the compute dtype
         inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
@@ -234,25 +236,33 @@ class NumpyEvaluator:
             wv = g(h + "self_attn.v_proj.weight", (kvd, d))
             bq = (np.concatenate([g(h + f"self_attn.{m}_proj.bias", (n,)) for m, n in
                                   (("q", qw), ("k", kvd), ("v", kvd))]) if bias else None)
-            self._layers.append(dict(
-                n1=(c(g(h + "input_layernorm.weight", (d,))), None),
-                wqkv=c(np.hstack([wq.T, wk.T, wv.T])), bqkv=None if bq is None else c(bq),
-                wo=c(g(h + "self_attn.o_proj.weight", (d, qw)).T), bo=None,
-                n2=(c(g(h + "post_attention_layernorm.weight", (d,))), None),
-                w1=c(np.hstack([g(h + "mlp.gate_proj.weight", (ff, d)).T,
-                                g(h + "mlp.up_proj.weight", (ff, d)).T])), b1=None,
-                w2=c(g(h + "mlp.down_proj.weight", (d, ff)).T), b2=None))
+            wqkv = c(np.hstack([wq.T, wk.T, wv.T]))
+            del wq, wk, wv
+            self._layers.append((
+                c(g(h + "input_layernorm.weight", (d,))), None,
+                wqkv, None if bq is None else c(bq),
+                c(g(h + "self_attn.o_proj.weight", (d, qw)).T), None,
+                c(g(h + "post_attention_layernorm.weight", (d,))), None,
+                c(np.hstack([g(h + "mlp.gate_proj.weight", (ff, d)).T,
+                             g(h + "mlp.up_proj.weight", (ff, d)).T])), None,
+                c(g(h + "mlp.down_proj.weight", (d, ff)).T), None))
 
     # -- pieces of the forward pass -------------------------------------------------------
-    def _norm(self, x: np.ndarray, wb: tuple) -> np.ndarray:
-        w, b = wb
+    def _norm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        """LayerNorm (GPT-2) or RMSNorm (Llama) of rows ``x``, as a new array."""
         if self._gpt2:
-            mu = x.mean(-1, keepdims=True)
-            xc = x - mu
+            xc = x - x.mean(-1, keepdims=True)
             var = (xc * xc).mean(-1, keepdims=True)
-            return xc / np.sqrt(var + self.eps) * w + b
-        ms = (x * x).mean(-1, keepdims=True)
-        return (x / np.sqrt(ms + self.eps)) * w
+            xc /= np.sqrt(var + self.eps)
+            xc *= w
+            xc += b
+            return xc
+        ms = np.einsum("ij,ij->i", x, x)
+        ms *= 1.0 / x.shape[1]
+        ms += self.eps
+        h = x * (1.0 / np.sqrt(ms))[:, None]
+        h *= w
+        return h
 
     def _angles(self, pos: np.ndarray) -> tuple | None:
         """cos and sin (n, 1, hd/2) of the rotary angles at ``pos`` (float64, then rounded)."""
@@ -262,20 +272,31 @@ class NumpyEvaluator:
         return np.cos(ang).astype(self._dt)[:, None, :], np.sin(ang).astype(self._dt)[:, None, :]
 
     def _rope(self, x: np.ndarray, cs: tuple) -> np.ndarray:
-        """Rotate (n, heads, hd) rows by the angles ``cs`` (rotate_half pairs i, i + hd/2)."""
+        """(n, heads, hd) rows rotated by the angles ``cs`` (rotate_half pairs i, i + hd/2),
+        as a new contiguous array."""
         cos, sin = cs
         half = self.hd // 2
         x1, x2 = x[..., :half], x[..., half:]
-        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+        out = np.empty(x.shape, self._dt)
+        o1, o2 = out[..., :half], out[..., half:]
+        np.multiply(x1, cos, out=o1)
+        o1 -= x2 * sin
+        np.multiply(x2, cos, out=o2)
+        o2 += x1 * sin
+        return out
 
-    def _mlp(self, h: np.ndarray, L: dict) -> np.ndarray:
-        f = h @ L["w1"]
-        if L["b1"] is not None:
-            f += L["b1"]
+    def _mlp(self, h: np.ndarray, L: tuple) -> np.ndarray:
+        f = h @ L[8]
+        if L[9] is not None:
+            f += L[9]
         if not self._gpt2:
-            ff = self.ff
-            g = f[:, :ff]
-            f = g / (1.0 + np.exp(-g)) * f[:, ff:]
+            g = f[:, :self.ff]
+            t = np.negative(g)
+            np.exp(t, out=t)
+            t += 1.0
+            np.divide(g, t, out=t)               # silu(gate)
+            t *= f[:, self.ff:]
+            f = t
         elif self.act in ("gelu_new", "gelu_pytorch_tanh"):
             f = 0.5 * f * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (f + 0.044715 * f * f * f)))
         elif self.act == "gelu":
@@ -283,49 +304,81 @@ class NumpyEvaluator:
 
             f = 0.5 * f * (1.0 + erf(f / math.sqrt(2.0)))
         else:
-            f = np.maximum(f, 0)
-        out = f @ L["w2"]
-        if L["b2"] is not None:
-            out += L["b2"]
+            np.maximum(f, 0, out=f)
+        out = f @ L[10]
+        if L[11] is not None:
+            out += L[11]
         return out
 
-    def _qkv(self, x: np.ndarray, L: dict, cs: tuple | None):
-        """Queries (nkv, grp n, hd) grouped by key/value head, keys and values (nkv, n, hd)."""
+    def _layer(self, x: np.ndarray, i: int, cs: tuple | None, at: int, full: int,
+               tree: tuple, s: np.ndarray) -> np.ndarray:
+        """Layer ``i`` over the rows ``x`` (n, d), which it updates in place and returns.
+
+        The rows' keys and values are written to cache rows ``at`` .. ``at + n - 1``. Row j
+        attends to every cache row below ``full`` and to the cache rows that ``tree``
+        names under its additive mask (0 or -inf): ``("union", rows, bias)``, the rows
+        ``rows`` (a slice or index array) for every row, ``bias`` (n grp, len(rows)); or
+        ``("own", idx, bias)``, row j's own rows ``idx[j]`` (n, w), ``bias`` (n, 1, w).
+        ``s`` is the scores' scratch, (nkv, n grp, full + len(rows) or w). Queries are
+        grouped by key/value head in token-major order (row j grp + g of kv head k is
+        query head k grp + g of token j).
+        """
+        L = self._layers[i]
         n = x.shape[0]
         nh, nkv, hd = self.nh, self.nkv, self.hd
-        qkv = self._norm(x, L["n1"]) @ L["wqkv"]
-        if L["bqkv"] is not None:
-            qkv += L["bqkv"]
-        qw, kvd = nh * hd, nkv * hd
-        q = qkv[:, :qw].reshape(n, nh, hd)
-        k = qkv[:, qw:qw + kvd].reshape(n, nkv, hd)
-        v = qkv[:, qw + kvd:].reshape(n, nkv, hd)
-        if not self._gpt2:
-            q = self._rope(q, cs)
-            k = self._rope(k, cs)
         grp = nh // nkv
-        qg = np.ascontiguousarray(q.reshape(n, nkv, grp, hd).transpose(1, 2, 0, 3)).reshape(nkv, grp * n, hd)
-        return qg, k.transpose(1, 0, 2), v.transpose(1, 0, 2)
-
-    def _attn_out(self, o: np.ndarray, n: int, L: dict, x: np.ndarray) -> np.ndarray:
-        """x + Wo (attention output, (nkv, grp n, hd) grouped) and the MLP residual."""
-        grp = self.nh // self.nkv
-        a = o.reshape(self.nkv, grp, n, self.hd).transpose(2, 0, 1, 3).reshape(n, self.nh * self.hd)
-        y = a @ L["wo"]
-        if L["bo"] is not None:
-            y += L["bo"]
-        x = x + y
-        return x + self._mlp(self._norm(x, L["n2"]), L)
+        qw, kvd = nh * hd, nkv * hd
+        K, V = self._k[i], self._v[i]
+        qkv = self._norm(x, L[0], L[1]) @ L[2]
+        if L[3] is not None:
+            qkv += L[3]
+        if self._gpt2:
+            q = qkv[:, :qw].reshape(n, nh, hd)
+            k = qkv[:, qw:qw + kvd].reshape(n, nkv, hd)
+        else:
+            qk = self._rope(qkv[:, :qw + kvd].reshape(n, nh + nkv, hd), cs)
+            q, k = qk[:, :nh], qk[:, nh:]
+        K[:, at:at + n] = k.transpose(1, 0, 2)
+        V[:, at:at + n] = qkv[:, qw + kvd:].reshape(n, nkv, hd).transpose(1, 0, 2)
+        qg = np.empty((nkv, n * grp, hd), self._dt)
+        np.multiply(q.reshape(n, nkv, grp, hd).transpose(1, 0, 2, 3), self._scale,
+                    out=qg.reshape(nkv, n, grp, hd))
+        sf, st = s[:, :, :full], s[:, :, full:]
+        np.matmul(qg, K[:, :full].transpose(0, 2, 1), out=sf)
+        kind, rows, bias = tree
+        if kind == "union":
+            np.matmul(qg, K[:, rows].transpose(0, 2, 1), out=st)
+            st += bias
+        else:
+            st = st.reshape(nkv, n, grp, -1)
+            np.matmul(qg.reshape(nkv, n, grp, hd), K[:, rows].transpose(0, 1, 3, 2), out=st)
+            st += bias
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        tot = s.sum(axis=-1, keepdims=True)
+        o = sf @ V[:, :full]
+        if kind == "union":
+            o += st @ V[:, rows]
+        else:
+            o.reshape(nkv, n, grp, hd)[...] += st @ V[:, rows]
+        o /= tot
+        a = o.reshape(nkv, n, grp, hd).transpose(1, 0, 2, 3).reshape(n, qw)
+        y = a @ L[4]
+        if L[5] is not None:
+            y += L[5]
+        x += y
+        x += self._mlp(self._norm(x, L[6], L[7]), L)
+        return x
 
     def _embed(self, tokens: np.ndarray, pos: np.ndarray) -> np.ndarray:
         x = self._emb[tokens]
         if self._gpt2:
-            x = x + self._wpe[pos]
+            x += self._wpe[pos]
         return x
 
-    def _logprobs(self, x: np.ndarray) -> np.ndarray:
-        """float64 log-softmax of the head's logits of final hidden rows ``x``."""
-        z = self._norm(x, self._nf) @ self._head
+    def _logprobs(self, h: np.ndarray) -> np.ndarray:
+        """float64 log-softmax of the head's logits of final normed rows ``h``."""
+        z = h @ self._head
         m = z.max(axis=1, keepdims=True)
         e = z - m
         np.exp(e, out=e)
@@ -334,19 +387,26 @@ class NumpyEvaluator:
         np.subtract(z, m.astype(np.float64) + lse, out=out)
         return out
 
-    @staticmethod
-    def _grow(buf: np.ndarray, need: int) -> np.ndarray:
-        if buf.shape[1] >= need:
-            return buf
-        new = np.empty((buf.shape[0], max(need, 2 * buf.shape[1], 64), buf.shape[2]), buf.dtype)
-        new[:, :buf.shape[1]] = buf
-        return new
+    def _reserve(self, rows: int) -> None:
+        """Room for ``rows`` cache rows in every layer (rows kept, capacity doubled)."""
+        if self._k[0].shape[1] >= rows:
+            return
+        cap = max(rows, 2 * self._k[0].shape[1], 64)
+        for cache in (self._k, self._v):
+            for i, old in enumerate(cache):
+                new = np.empty((old.shape[0], cap, old.shape[2]), old.dtype)
+                new[:, :old.shape[1]] = old
+                cache[i] = new
 
     # -- the interface --------------------------------------------------------------------
     def start(self, context: np.ndarray) -> np.ndarray:
         """Begin a root: the context's K/V (reusing the common prefix with the last
         context's) and the log-probabilities after it; see
-        :meth:`brwsim.backends.base.TreeEvaluator.start`."""
+        :meth:`brwsim.backends.base.TreeEvaluator.start`.
+
+        The context runs in blocks of up to ``_CHUNK`` rows, each one pass per layer of
+        whole-block products (causal attention over the block and every row before it).
+        """
         ctx = np.asarray(context, np.int64).ravel()
         if ctx.size == 0 or ctx.min() < 0 or ctx.max() >= self.vocab_size:
             raise UserError(f"a context must be a non-empty sequence of ids in "
@@ -366,38 +426,30 @@ class NumpyEvaluator:
         if common == ctx.size and old.size == ctx.size and self._last is not None:
             return self._last.copy()
         common = min(common, ctx.size - 1)
-        for i in range(self.nl):
-            self._kc[i] = self._grow(self._kc[i], ctx.size)
-            self._vc[i] = self._grow(self._vc[i], ctx.size)
-        x_last = None
-        for a in range(common, ctx.size, _CHUNK):
-            b = min(a + _CHUNK, ctx.size)
-            pos = np.arange(a, b)
-            x = self._embed(ctx[a:b], pos)
+        nctx = ctx.size
+        self._ctx = np.empty(0, np.int64)          # (a failed start leaves no stale root)
+        self._reserve(nctx + 64)
+        if self._feat.shape[0] < nctx:
+            grown = np.empty((nctx, self.d), self._dt)
+            grown[:common] = self._feat[:common]
+            self._feat = grown
+        grp = self.nh // self.nkv
+        block = min(_CHUNK, max(64, _SCORES // (self.nh * nctx)))
+        h = None
+        for a in range(common, nctx, block):
+            b = min(a + block, nctx)
             n = b - a
-            causal = np.triu(np.ones((n, n), bool), 1)
-            grp = self.nh // self.nkv
-            mask = np.tile(causal, (grp, 1))
+            pos = np.arange(a, b)
+            causal = np.repeat(np.triu(np.full((n, n), -np.inf, self._dt), 1), grp, axis=0)
+            s = np.empty((self.nkv, grp * n, b), self._dt)
             cs = self._angles(pos)
-            for i, L in enumerate(self._layers):
-                q, k, v = self._qkv(x, L, cs)
-                self._kc[i][:, a:b] = k
-                self._vc[i][:, a:b] = v
-                s = q @ self._kc[i][:, :b].transpose(0, 2, 1)
-                s *= 1.0 / math.sqrt(self.hd)
-                s[:, :, a:][:, mask] = -np.inf
-                s -= s.max(axis=-1, keepdims=True)
-                np.exp(s, out=s)
-                s /= s.sum(axis=-1, keepdims=True)
-                x = self._attn_out(s @ self._vc[i][:, :b], n, L, x)
-            x_last = x[-1:]
-            if self._feat.shape[0] < b:
-                grown = np.empty((ctx.size, x.shape[1]), x.dtype)
-                grown[:a] = self._feat[:a] if a else 0
-                self._feat = grown
-            self._feat[a:b] = self._norm(x, self._nf)
+            x = self._embed(ctx[a:b], pos)
+            for i in range(self.nl):
+                x = self._layer(x, i, cs, a, a, ("union", slice(a, b), causal), s)
+            h = self._norm(x, *self._nf)
+            self._feat[a:b] = h
+        self._last = self._logprobs(h[-1:])[0]
         self._ctx = ctx.copy()
-        self._last = self._logprobs(x_last)[0]
         return self._last.copy()
 
     def context_features(self, context: np.ndarray) -> np.ndarray:
@@ -417,7 +469,12 @@ class NumpyEvaluator:
         return self._head.T
 
     def extend(self, parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Evaluate a batch of tree nodes; see :meth:`brwsim.backends.base.TreeEvaluator.extend`."""
+        """Evaluate a batch of tree nodes; see :meth:`brwsim.backends.base.TreeEvaluator.extend`.
+
+        The batch runs as one pass per layer of whole-batch products; its attention reads
+        the context's cached K/V and, under the tree mask, the K/V of the union of the
+        batch's ancestors (and the batch itself).
+        """
         par = np.asarray(parents, np.int64).ravel()
         tok = np.asarray(tokens, np.int64).ravel()
         n = tok.size
@@ -435,53 +492,49 @@ class NumpyEvaluator:
         for j in range(n):                     # parents may lie in this batch
             p = par[j]
             depth[j] = 1 if p < 0 else (self._depth[p] if p < m0 else depth[p - m0]) + 1
-        self._parent = np.concatenate([self._parent, par])
-        self._depth = np.concatenate([self._depth, depth])
-        pos = self._ctx.size + depth - 1
+        nctx = self._ctx.size
+        pos = nctx + depth - 1
         if pos.max() >= self.max_positions:
             raise UserError(f"the tree reaches position {int(pos.max())}, beyond the model's "
                             f"{self.max_positions}")
+        self._parent = np.concatenate([self._parent, par])
+        self._depth = np.concatenate([self._depth, depth])
         # the union of the batch's ancestors (and the batch), and each row's own ones
         anc = np.zeros((n, m0 + n), bool)
         anc[np.arange(n), ids] = True
         cur = par.copy()
         rows = np.arange(n)
         while True:
-            live = cur >= 0
-            if not live.any():
+            live = np.flatnonzero(cur >= 0)
+            if not live.size:
                 break
             anc[rows[live], cur[live]] = True
             cur[live] = self._parent[cur[live]]
         cols = np.flatnonzero(anc.any(axis=0))
-        hide = np.tile(~anc[:, cols], (self.nh // self.nkv, 1))
-        nctx = self._ctx.size
-        for i in range(self.nl):
-            self._kt[i] = self._grow(self._kt[i], m0 + n)
-            self._vt[i] = self._grow(self._vt[i], m0 + n)
-        scale = 1.0 / math.sqrt(self.hd)
-        x = self._embed(tok, pos)
+        grp = self.nh // self.nkv
+        r, c = np.nonzero(anc)                    # each row's visible nodes, row by row
+        counts = np.bincount(r, minlength=n)
+        w = int(counts.max())
+        zero, hidden = self._dt(0), self._dt(-np.inf)
+        if cols.size <= _OWN_RATIO * w:
+            # one key block for the batch: the union of its rows' ancestors, masked
+            tree = ("union", nctx + cols, np.repeat(np.where(anc[:, cols], zero, hidden), grp, axis=0))
+            width = cols.size
+        else:
+            # each row its own keys, padded to the longest path (with the row's own node)
+            idx = np.repeat(nctx + ids[:, None], w, axis=1)
+            at = np.arange(r.size) - np.repeat(np.cumsum(counts) - counts, counts)
+            idx[r, at] = nctx + c
+            bias = np.full((n, 1, w), hidden, self._dt)
+            bias[r, 0, at] = zero
+            tree = ("own", idx, bias)
+            width = w
+        self._reserve(nctx + m0 + n)
+        s = np.empty((self.nkv, grp * n, nctx + width), self._dt)
         cs = self._angles(pos)
-        for i, L in enumerate(self._layers):
-            q, k, v = self._qkv(x, L, cs)
-            self._kt[i][:, m0:m0 + n] = k
-            self._vt[i][:, m0:m0 + n] = v
-            kt = self._kt[i][:, cols]
-            vt = self._vt[i][:, cols]
-            s1 = q @ self._kc[i][:, :nctx].transpose(0, 2, 1)
-            s2 = q @ kt.transpose(0, 2, 1)
-            s2[:, hide] = -np.inf
-            mx = np.maximum(s1.max(axis=-1, keepdims=True), s2.max(axis=-1, keepdims=True))
-            s1 -= mx
-            s2 -= mx
-            s1 *= scale
-            s2 *= scale
-            np.exp(s1, out=s1)
-            np.exp(s2, out=s2)
-            tot = s1.sum(axis=-1, keepdims=True) + s2.sum(axis=-1, keepdims=True)
-            o = s1 @ self._vc[i][:, :nctx]
-            o += s2 @ vt
-            o /= tot
-            x = self._attn_out(o, n, L, x)
+        x = self._embed(tok, pos)
+        for i in range(self.nl):
+            x = self._layer(x, i, cs, nctx + m0, nctx, tree, s)
         self._m = m0 + n
         self.nodes += n
-        return self._logprobs(x)
+        return self._logprobs(self._norm(x, *self._nf))

@@ -75,7 +75,12 @@ def load_head(folder: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _rms(x: np.ndarray, g: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * g
+    ms = np.einsum("ij,ij->i", x, x)
+    ms *= 1.0 / x.shape[1]
+    ms += eps
+    h = x * (1.0 / np.sqrt(ms))[:, None]
+    h *= g
+    return h
 
 
 class EagleHead:
@@ -91,6 +96,13 @@ class EagleHead:
         The target's output projection, (vocab_size, hidden_size).
     dtype : str
         ``"float32"`` or ``"float64"``.
+
+    Notes
+    -----
+    Cache rows: the context's pairs take rows 0 .. n_ctx - 1 and tree node j (ids in call
+    order) row n_ctx + j, so a node's visible rows are the context and the rows of its
+    ancestors and itself. Every ``extend`` runs its nodes in waves (a node after its
+    parent), each wave one pass of whole-wave products.
     """
 
     def __init__(self, folder: str, embed: np.ndarray, lm_head: np.ndarray,
@@ -127,69 +139,120 @@ class EagleHead:
         self.wd_t = np.ascontiguousarray(f[p + "mlp.down_proj.weight"].T)
         self.embed = embed
         self.lm_d_t = np.ascontiguousarray(np.asarray(lm_head[self.draft_vocab], dtype=dt).T)
+        # token id -> its column in the draft vocabulary, or the -inf column past its end
+        self._widen = np.full(self.vocab_size, self.draft_vocab.size, np.int64)
+        self._widen[self.draft_vocab] = np.arange(self.draft_vocab.size)
         self._dt = dt
+        self._scale = dt.type(1.0 / np.sqrt(self.hd))
         self._inv = 1.0 / self.theta ** (np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
+        self._cos = self._sin = np.empty((0, 1, self.hd // 2), dt)
         self._reset()
 
     def _reset(self) -> None:
-        self.k = np.zeros((0, self.nkv, self.hd), self._dt)
-        self.v = np.zeros((0, self.nkv, self.hd), self._dt)
         self.n_ctx = 0
         self.root_feat = np.zeros(self.d, self._dt)
-        # per tree node: predicted feature, depth, and the cache rows it attends to
-        # beyond the context (its ancestors' rows and its own)
-        self.node_feat: list[np.ndarray] = []
-        self.node_depth: list[int] = []
-        self.node_rows: list[np.ndarray] = []
+        self._k = np.empty((self.nkv, 0, self.hd), self._dt)   # cache rows (see Notes)
+        self._v = np.empty((self.nkv, 0, self.hd), self._dt)
+        # per tree node: predicted feature, depth and parent (ids in call order)
+        self.node_feat = np.empty((0, self.d), self._dt)
+        self._depth = np.empty(0, np.int64)
+        self._parent = np.empty(0, np.int64)
+        self._m = 0
 
-    def _rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        ang = pos[:, None].astype(np.float64) * self._inv[None, :]
-        cos = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(self._dt)[:, None, :]
-        sin = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(self._dt)[:, None, :]
+    def _reserve(self, rows: int, nodes: int) -> None:
+        """Room for ``rows`` cache rows and ``nodes`` tree nodes (contents kept)."""
+        if self._k.shape[1] < rows:
+            cap = max(rows, 2 * self._k.shape[1], 256)
+            for name in ("_k", "_v"):
+                old = getattr(self, name)
+                new = np.empty((self.nkv, cap, self.hd), self._dt)
+                new[:, :old.shape[1]] = old
+                setattr(self, name, new)
+        if self.node_feat.shape[0] < nodes:
+            cap = max(nodes, 2 * self.node_feat.shape[0], 64)
+            feat = np.empty((cap, self.d), self._dt)
+            feat[:self._m] = self.node_feat[:self._m]
+            self.node_feat = feat
+            self._depth = np.resize(self._depth, cap)
+            self._parent = np.resize(self._parent, cap)
+
+    def _angles(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin (n, 1, hd/2) of the rotary angles at ``pos`` (from a table computed
+        in float64, rounded once)."""
+        top = int(pos.max()) + 1
+        if self._cos.shape[0] < top:
+            ang = np.arange(max(top, 2 * self._cos.shape[0], 512), dtype=np.float64)[:, None] * self._inv
+            self._cos = np.cos(ang).astype(self._dt)[:, None, :]
+            self._sin = np.sin(ang).astype(self._dt)[:, None, :]
+        return self._cos[pos], self._sin[pos]
+
+    def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """(n, heads, hd) rows rotated (rotate_half pairs i, i + hd/2), as a new array."""
         half = self.hd // 2
-        rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-        return x * cos + rot * sin
+        x1, x2 = x[..., :half], x[..., half:]
+        out = np.empty(x.shape, self._dt)
+        o1, o2 = out[..., :half], out[..., half:]
+        np.multiply(x1, cos, out=o1)
+        o1 -= x2 * sin
+        np.multiply(x2, cos, out=o2)
+        o2 += x1 * sin
+        return out
 
-    def _layer(self, tok: np.ndarray, feat: np.ndarray, pos: np.ndarray,
-               visible: list[np.ndarray]) -> np.ndarray:
-        """Predicted features of new positions; ``visible[i]`` lists the cache rows (after
-        this call's rows are appended) that row i attends to."""
-        x = np.concatenate([self.embed[tok].astype(self._dt), feat.astype(self._dt)], axis=1)
+    def _layer(self, tok: np.ndarray, feat: np.ndarray, pos: np.ndarray, at: Any,
+               full: int, rows: Any, bias: np.ndarray) -> np.ndarray:
+        """Predicted features of new positions, whose K/V go to the cache rows ``at`` (a
+        slice or index array): row j attends to every cache row below ``full`` and to the
+        rows ``rows`` (a slice or index array) under the additive mask ``bias`` ((n rep,
+        len(rows)): 0 or -inf; query rows token-major, j rep + r)."""
+        n = tok.size
+        nh, nkv, hd = self.nh, self.nkv, self.hd
+        rep = nh // nkv
+        x = np.empty((n, 2 * self.d), self._dt)
+        x[:, :self.d] = self.embed[tok]
+        x[:, self.d:] = feat
         h = x @ self.fc_t
         qkv = h @ self.wqkv_t
-        nq, nk = self.nh * self.hd, self.nkv * self.hd
-        q = self._rope(qkv[:, :nq].reshape(-1, self.nh, self.hd), pos)
-        k = self._rope(qkv[:, nq:nq + nk].reshape(-1, self.nkv, self.hd), pos)
-        v = qkv[:, nq + nk:].reshape(-1, self.nkv, self.hd)
-        self.k = np.concatenate([self.k, k])
-        self.v = np.concatenate([self.v, v])
-        rep = self.nh // self.nkv
-        n, m = len(tok), self.k.shape[0]
-        seen = np.zeros((n, m), dtype=bool)                 # row i attends to visible[i]
-        for i, rows in enumerate(visible):
-            seen[i, rows] = True
-        # grouped-query attention as BLAS products: (kv head, query row x rep, key row)
-        qg = q.reshape(n, self.nkv, rep, self.hd).transpose(1, 0, 2, 3).reshape(self.nkv, n * rep, self.hd)
-        s = qg @ self.k.transpose(1, 2, 0) * (1.0 / np.sqrt(self.hd))
-        s = np.where(np.repeat(seen, rep, axis=0)[None], s, -np.inf)
+        nq, nk = nh * hd, nkv * hd
+        cos, sin = self._angles(pos)
+        qk = self._rope(qkv[:, :nq + nk].reshape(n, nh + nkv, hd), cos, sin)
+        self._k[:, at] = qk[:, nh:].transpose(1, 0, 2)
+        self._v[:, at] = qkv[:, nq + nk:].reshape(n, nkv, hd).transpose(1, 0, 2)
+        qg = np.empty((nkv, n * rep, hd), self._dt)
+        np.multiply(qk[:, :nh].reshape(n, nkv, rep, hd).transpose(1, 0, 2, 3), self._scale,
+                    out=qg.reshape(nkv, n, rep, hd))
+        s = np.empty((nkv, n * rep, full + bias.shape[1]), self._dt)
+        sf, st = s[:, :, :full], s[:, :, full:]
+        np.matmul(qg, self._k[:, :full].transpose(0, 2, 1), out=sf)
+        np.matmul(qg, self._k[:, rows].transpose(0, 2, 1), out=st)
+        st += bias
         s -= s.max(axis=-1, keepdims=True)
-        e = np.exp(s)
-        e /= e.sum(axis=-1, keepdims=True)
-        att = (e @ self.v.transpose(1, 0, 2)).reshape(self.nkv, n, rep, self.hd)
-        att = att.transpose(1, 0, 2, 3).reshape(n, self.nh, self.hd)
-        h = h + att.reshape(len(tok), -1) @ self.wo_t
+        np.exp(s, out=s)
+        tot = s.sum(axis=-1, keepdims=True)
+        o = sf @ self._v[:, :full]
+        o += st @ self._v[:, rows]
+        o /= tot
+        h += o.reshape(nkv, n, rep, hd).transpose(1, 0, 2, 3).reshape(n, nq) @ self.wo_t
         gu = _rms(h, self.g_post, self.eps) @ self.wgu_t
         ff = gu.shape[1] // 2
         g = gu[:, :ff]
-        return h + (g / (1.0 + np.exp(-g)) * gu[:, ff:]) @ self.wd_t
+        t = np.negative(g)
+        np.exp(t, out=t)
+        t += 1.0
+        np.divide(g, t, out=t)                   # silu(gate)
+        t *= gu[:, ff:]
+        h += t @ self.wd_t
+        return h
 
     def _logprobs(self, feat: np.ndarray) -> np.ndarray:
         z = feat @ self.lm_d_t
         z -= z.max(axis=-1, keepdims=True)
-        z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))
-        out = np.full((feat.shape[0], self.vocab_size), -np.inf)
-        out[:, self.draft_vocab] = z
-        return out
+        e = np.exp(z)
+        z -= np.log(e.sum(axis=-1, keepdims=True))
+        # widened to the whole vocabulary by one gather: column ``dv`` holds -inf
+        ext = np.empty((z.shape[0], z.shape[1] + 1))
+        ext[:, :-1] = z
+        ext[:, -1] = -np.inf
+        return np.take(ext, self._widen, axis=1)
 
     def start(self, context: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         """Run the head over a context with the target's true features.
@@ -217,10 +280,13 @@ class EagleHead:
             raise UserError(f"EAGLE head: a context of {n} tokens needs at least 2 tokens and "
                             f"features of shape ({n - 1}, {self.d}), got {features.shape}")
         self._reset()
-        pos = np.arange(n - 1)
-        vis = [np.arange(i + 1) for i in range(n - 1)]
-        out = self._layer(ctx[1:], features[:n - 1], pos, vis)
-        self.n_ctx = n - 1
+        m = n - 1
+        self._reserve(m + 64, 64)
+        causal = np.repeat(np.triu(np.full((m, m), -np.inf, self._dt), 1), self.nh // self.nkv,
+                           axis=0)
+        out = self._layer(ctx[1:], features[:m], np.arange(m), slice(0, m), 0, slice(0, m),
+                          causal)
+        self.n_ctx = m
         self.root_feat = out[-1]
         return self._logprobs(out[-1:])[0]
 
@@ -229,39 +295,45 @@ class EagleHead:
 
         A node whose parent is in the same batch is evaluated in a later wave, after it.
         """
-        parents = np.asarray(parents, dtype=np.int64)
-        tokens = np.asarray(tokens, dtype=np.int64)
-        base = len(self.node_feat)
-        if parents.size and (parents.min() < -1 or np.any(parents >= base + np.arange(parents.size))):
+        parents = np.asarray(parents, dtype=np.int64).ravel()
+        tokens = np.asarray(tokens, dtype=np.int64).ravel()
+        base, n = self._m, tokens.size
+        ids = base + np.arange(n)
+        if parents.size != n or (n and (parents.min() < -1 or np.any(parents >= ids))):
             raise UserError("EAGLE head: a node's parent must be the root or an earlier node")
-        ctx_rows = np.arange(self.n_ctx)
-        done = np.zeros(tokens.size, dtype=bool)
+        if n == 0:
+            return np.empty((0, self.vocab_size))
+        self._reserve(self.n_ctx + base + n, base + n)
+        self._parent[base:base + n] = parents
+        rep = self.nh // self.nkv
+        done = np.zeros(n, dtype=bool)
         while not done.all():
             local = parents - base
             ready = np.flatnonzero(~done & ((local < 0) | done[np.clip(local, 0, None)]))
-            feats, pos, anc = [], [], []
-            for i in ready:
-                p = parents[i]
-                if p < 0:
-                    feats.append(self.root_feat)
-                    depth, rows = 1, np.empty(0, np.int64)
-                else:
-                    feats.append(self.node_feat[p])
-                    depth, rows = self.node_depth[p] + 1, self.node_rows[p]
-                pos.append(self.n_ctx - 1 + depth)
-                anc.append((depth, rows))
-            own = self.k.shape[0] + np.arange(ready.size)
-            visible = [np.concatenate([ctx_rows, rows, [own[j]]]).astype(np.int64)
-                       for j, (_, rows) in enumerate(anc)]
-            res = self._layer(tokens[ready], np.array(feats), np.array(pos, np.int64), visible)
-            for j, i in enumerate(ready):
-                # ids are assigned in call order: fill the slots of this batch lazily
-                while len(self.node_feat) <= base + i:
-                    self.node_feat.append(None)
-                    self.node_depth.append(0)
-                    self.node_rows.append(None)
-                self.node_feat[base + i] = res[j]
-                self.node_depth[base + i] = anc[j][0]
-                self.node_rows[base + i] = np.append(anc[j][1], own[j])
+            par = parents[ready]
+            top = par < 0
+            feats = self.node_feat[np.where(top, 0, par)]
+            feats[top] = self.root_feat
+            depth = np.where(top, 1, self._depth[np.maximum(par, 0)] + 1)
+            node = base + ready
+            self._depth[node] = depth
+            # each ready node's ancestors and itself: the wave's union, masked per row
+            k = ready.size
+            anc = np.zeros((k, base + n), bool)
+            anc[np.arange(k), node] = True
+            cur, rows = par.copy(), np.arange(k)
+            while True:
+                live = np.flatnonzero(cur >= 0)
+                if not live.size:
+                    break
+                anc[rows[live], cur[live]] = True
+                cur[live] = self._parent[cur[live]]
+            cols = np.flatnonzero(anc.any(axis=0))
+            bias = np.repeat(np.where(anc[:, cols], self._dt.type(0), self._dt.type(-np.inf)),
+                             rep, axis=0)
+            self.node_feat[node] = self._layer(tokens[ready], feats, self.n_ctx - 1 + depth,
+                                               self.n_ctx + node, self.n_ctx, self.n_ctx + cols,
+                                               bias)
             done[ready] = True
-        return self._logprobs(np.array(self.node_feat[base:]))
+        self._m = base + n
+        return self._logprobs(self.node_feat[base:base + n])

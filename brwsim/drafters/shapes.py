@@ -44,9 +44,14 @@ class DraftTree(NamedTuple):
 def top_children(lp: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` most likely tokens of a log-probability row, most likely first (equal
     values: lower token id first); tokens of probability zero are never returned."""
-    k = min(int(k), int(np.count_nonzero(np.isfinite(lp))))
+    finite = np.isfinite(lp)
+    nf = int(np.count_nonzero(finite))
+    k = min(int(k), nf)
     if k <= 0:
         return np.empty(0, np.int64)
+    if nf < lp.size // 2:           # a reduced vocabulary: rank its tokens only (ids ascending)
+        ids = np.flatnonzero(finite)
+        return ids[top_children(lp[ids], k)]
     part = np.argpartition(-lp, k - 1)[:k] if k < lp.size else np.arange(lp.size)
     # among ties at the k-th value, argpartition's pick is arbitrary: take the lowest ids
     kth = lp[part].min()

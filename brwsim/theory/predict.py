@@ -331,8 +331,9 @@ def check_family(family):
 
     Returns
     -------
-    Spec
-        The family's compiled kernel form (built here anyway: callers reuse it).
+    Spec or None
+        The family's compiled kernel form (built here anyway: callers reuse it); None for
+        a family whose trees a batched backend builds (``family.batched``).
 
     Raises
     ------
@@ -346,7 +347,8 @@ def check_family(family):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            spec = family.spec()
+            # a batched backend builds its trees itself: no kernel form (packed weights)
+            spec = None if getattr(family, "batched", False) else family.spec()
             mom = family.moments()
             law = spine_steps(family)
             mass = law.mass

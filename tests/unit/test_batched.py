@@ -8,6 +8,7 @@ numpy, written from the architectures' definitions) and the node-at-a-time numba
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from brwsim import Transformer, UserError, simulate
 from brwsim.backends.base import TreeEvaluator
 from brwsim.backends.contexts import AnswerRoots
+from brwsim.backends import numpyforward
 from brwsim.backends.numpyforward import NumpyEvaluator
 from brwsim.backends.rounds import optimal_tree, score_budgets
 from brwsim.families.transformer import shipped_checkpoint
@@ -40,10 +42,15 @@ def _ref_lp(folder, tokens):
     return z - (z.max() + math.log(np.exp(z - z.max()).sum()))
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "tied"])
-def test_extend_equals_recomputing_the_prefix(ckpts, arch):
+@pytest.mark.parametrize("arch, form", [("gpt2", "union"), ("llama", "union"),
+                                        ("tied", "union"), ("llama", "own"), ("gpt2", "own")])
+def test_extend_equals_recomputing_the_prefix(ckpts, arch, form, monkeypatch):
     """start + extend in batches (parents inside a batch too) = every node's whole prefix
-    recomputed from scratch, to 1e-12 in float64; a later start reuses the common prefix."""
+    recomputed from scratch, to 1e-12 in float64; a later start reuses the common prefix.
+    Both forms of a batch's tree attention (the union of its ancestors; each row its own
+    padded path) and contexts run in several blocks give the same numbers."""
+    monkeypatch.setattr(numpyforward, "_OWN_RATIO", 10 ** 6 if form == "union" else 0)
+    monkeypatch.setattr(numpyforward, "_CHUNK", 512 if form == "union" else 7)
     folder = ckpts[arch]
     ev = NumpyEvaluator.from_folder(str(folder), "float64")
     assert isinstance(ev, TreeEvaluator)
@@ -210,3 +217,32 @@ def test_context_features_are_the_final_normed_states():
     z = fresh[-1] @ b.lm_head().T
     z = z - z.max()
     np.testing.assert_allclose(z - np.log(np.exp(z).sum()), b.start(longer), rtol=0, atol=1e-12)
+
+
+SMOLLM2_HF = "/tmp/models/smollm2-hf"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(SMOLLM2_HF), reason="no SmolLM2 Hugging Face folder")
+def test_smollm2_float64_and_float32_equal_true_float64_transformers():
+    """SmolLM2-135M-Instruct: the numpy backend's start and tree batches against
+    transformers run in true float64 (the torch backend: norms and rotary angles in
+    float64 too), to 1e-9 in float64 and 1e-4 in float32, at a 600-token context (two
+    blocks of start) with a tree whose batches hold whole subtrees."""
+    pytest.importorskip("transformers")
+    from brwsim.backends.torchforward import TorchEvaluator
+
+    ref = TorchEvaluator(SMOLLM2_HF, dtype="float64")
+    rng = np.random.default_rng(5)
+    ctx = rng.integers(0, 49152, 600)
+    parents = np.array([-1, -1, 0, 0, 2, 1, 4, 6, -1, 3])
+    toks = rng.integers(0, 49152, parents.size)
+    want = [ref.start(ctx)]
+    want.append(np.vstack([ref.extend(parents[:3], toks[:3]), ref.extend(parents[3:], toks[3:])]))
+    del ref
+    for dtype, tol in (("float64", 1e-9), ("float32", 1e-4)):
+        ev = NumpyEvaluator.from_folder(SMOLLM2_HF, dtype)
+        assert np.abs(ev.start(ctx) - want[0]).max() < tol
+        got = np.vstack([ev.extend(parents[:3], toks[:3]), ev.extend(parents[3:], toks[3:])])
+        assert np.abs(got - want[1]).max() < tol, dtype
+        del ev
