@@ -14,7 +14,7 @@ import numpy as np
 
 from brwsim.kernels import kernel
 from brwsim.kernels.collect import ABORT
-from brwsim.kernels.select import within
+from brwsim.kernels.select import lower_cut, within
 
 
 @kernel
@@ -65,21 +65,15 @@ def _rate(rate, t0, n0, t1, n1):
 
 @kernel
 def retarget(n, p_max, t, t_lo, t_hi, mode, rate):
-    """Threshold bookkeeping after a pass of ``n`` nodes (or ``ABORT``): bisect or extrapolate.
+    """Threshold bookkeeping after a pass of ``n`` < P_max nodes, or of at least P_max
+    nodes at or below t (done): extrapolate or bisect.
 
-    Returns (done, t, t_lo, t_hi, widen); ``widen`` asks the caller to double its node
-    buffers and retry at the same threshold (a huge tie at one position). A pass short
-    of P_max (of at least 16 nodes) steps up by log(a P_max / n) / rate, as the count of
-    nodes below t grows about as exp(rate t) (see :func:`aim`): a = _RESUME_AIM when it will be
-    continued (``mode`` AIM_RESUME), a little more when it is repeated whole; with
-    AIM_TIES (counts that move in steps) by at least 0.5.
+    Returns (done, t, t_lo, t_hi). A pass short of P_max (of at least 16 nodes) steps up
+    by log(a P_max / n) / rate, as the count of nodes below t grows about as exp(rate t)
+    (see :func:`aim`): a = _RESUME_AIM when it will be continued (``mode`` AIM_RESUME), a
+    little more when it is repeated whole; with AIM_TIES (counts that move in steps) by
+    at least 0.5.
     """
-    if n == ABORT:
-        t_hi = t
-        if t_hi - t_lo > 1e-9 * max(1.0, abs(t)):
-            t = 0.5 * (t_lo + t_hi) if t_lo > -np.inf else t - 0.7
-            return False, t, t_lo, t_hi, False
-        return False, t, t_lo, t_hi, True
     if n < p_max:
         t_lo = t
         if mode != AIM_TIES and n >= 16:
@@ -91,26 +85,50 @@ def retarget(n, p_max, t, t_lo, t_hi, mode, rate):
             t = 0.5 * (t_lo + t_hi)
         else:
             t += max(0.5, 1.2 * math.log(1.5 * p_max / max(n, 1)))
-        return False, t, t_lo, t_hi, False
-    return True, t, t_lo, t_hi, False
+        return False, t, t_lo, t_hi
+    return True, t, t_lo, t_hi
 
 
 @kernel
-def after_pass(pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short):
-    """Bookkeeping after a pass of ``n`` nodes (or ``ABORT``) at ``t``, for a root's
-    ``passes``-th pass: the pass is done only when P_max nodes lie at or below t itself
-    (ties at the cut); the worker's growth rate (``flags[2]``, :func:`_rate`) learns
-    from this pass and the previous one (``prev`` nodes at ``t_prev``); ``short``: the
-    root's first pass fell short. Returns :func:`retarget`'s (done, t, t_lo, t_hi,
-    widen) and the new (passes, prev, t_prev, short).
+def after_pass(pos, dep, order, n, filled, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev,
+               short):
+    """Bookkeeping after a pass of ``n`` nodes (or ``ABORT``, its buffers full, the first
+    ``filled`` of them written) at ``t``, for a root's ``passes``-th pass.
+
+    The pass is done only when P_max nodes lie at or below t itself (then every node
+    tied with the P_max-th is within the pass's tie cut-off). The nodes a pass holds are
+    nodes of the tree, so the P_max-th smallest of their positions, v, has P_max nodes
+    at or below it and a pass at v is never short: a pass that holds P_max nodes only in
+    its tie margin above t moves on to v, and so does one that overflows its buffers
+    (``ABORT``) when v < t; when v >= t more nodes than the buffers hold tie at the cut
+    (a lattice, a flat law), and the caller widens its buffers (``order`` is scratch,
+    ``order[:filled]`` is overwritten). An overflow that kept fewer than P_max nodes
+    bisects, and widens once the bracket has closed on a point. Otherwise
+    :func:`retarget` steps or bisects. The
+    worker's growth rate (``flags[2]``, :func:`_rate`) learns from this pass and the
+    previous one (``prev`` nodes at ``t_prev``); ``short``: the root's first pass fell
+    short. Returns (done, t, t_lo, t_hi, widen, passes, prev, t_prev, short).
     """
+    if n == ABORT and filled >= p_max:
+        v = lower_cut(pos, dep, order, filled, p_max)
+        if v < t:
+            return False, v, t_lo, t, False, passes + 1, -1, t, short
+        return False, v, t_lo, np.inf, True, passes + 1, -1, t, short
+    if n == ABORT:                  # too few nodes kept to tell: bisect, widen at a point
+        if t - t_lo > 1e-9 * max(1.0, abs(t)):
+            t_new = 0.5 * (t_lo + t) if t_lo > -np.inf else t - 0.7
+            return False, t_new, t_lo, t, False, passes + 1, -1, t, short
+        return False, t, t_lo, t, True, passes + 1, -1, t, short
     core = n if n < p_max else within(pos, n, t)
     if passes == 0:
-        short = 0 <= core < p_max
-    elif core >= 0 and prev >= 0:
+        short = core < p_max
+    elif prev >= 0:
         flags[2] = _rate(flags[2], t_prev, prev, t, core)
-    done, t_new, t_lo, t_hi, widen = retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
-    return done, t_new, t_lo, t_hi, widen, passes + 1, core, t, short
+    if core < p_max <= n:
+        return (False, lower_cut(pos, dep, order, n, p_max), t, t_hi, False, passes + 1, core, t,
+                short)
+    done, t_new, t_lo, t_hi = retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
+    return done, t_new, t_lo, t_hi, False, passes + 1, core, t, short
 
 
 @kernel

@@ -28,6 +28,9 @@ from brwsim.kernels.rng import child_key, root_key
 # Bisection steps on [lo, t_max]: tau to 2^-14 t_max (< 1e-3 nats). G is quadratic at its
 # minimum, G(tau* + d) - G(tau*) ~ lam P d^2 / 2, so this costs < 1e-6 relative.
 _BISECT = 14
+#: Most frontier nodes of one sampled root: a law with more children above lam_min (a
+#: Dirichlet over 2**40 tokens has billions) is refused, not expanded.
+MAX_FRONTIER = 1 << 21
 
 
 @kernel
@@ -165,7 +168,8 @@ def conditioned_values(kinds, cw, fpar, ipar, data, cprog, lf, li, head, skey, n
     level of scratch. With ``want_w`` the frontier weights of both values on the renewal
     sums are accumulated into ``w[b, 0:2]`` (at the minimiser) and ``w[b, 2:4]`` (at
     ``tau_fix``). ``work[0]`` counts the ranks generated (for the caller's sample size).
-    Returns the largest frontier seen.
+    Returns the largest frontier seen, or -1 (the outputs incomplete) when a root has
+    more than :data:`MAX_FRONTIER`.
     """
     n_b = budgets.shape[0]
     cap = 1024
@@ -191,6 +195,8 @@ def conditioned_values(kinds, cw, fpar, ipar, data, cprog, lf, li, head, skey, n
                     break
             if m >= 0:
                 break
+            if 2 * cap > MAX_FRONTIER:
+                return -1
             cap *= 2                    # the heap was full: redo this root with room
             hx = np.empty(cap)
             hk = np.empty(cap, np.uint64)

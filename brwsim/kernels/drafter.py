@@ -17,7 +17,7 @@ optimal pass's: the child of target rank r is on it iff cum_{r-1} < U <= cum_r.
 Three shapes, each scored by ``select.accumulate`` on TRUE path probabilities:
 
 * :func:`best_chunk`: best-first by the draft's path log-probability, as a threshold
-  pass (``aim.retarget``) in depth-first pre-order with children in the draft's rank
+  pass (``aim.after_pass``) in depth-first pre-order with children in the draft's rank
   order; the draft's children are sorted, so a node's scan stops at its first child above
   the threshold. The target's row of a node is set up only when the node gets a child.
 * :func:`chain_chunk`: the draft's greedy chain (its rank-0 child at every level).
@@ -37,9 +37,9 @@ from brwsim.kernels.policies import NEG_INF, _init_node, _layer_top, _preset_row
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.netinit import net_init
 from brwsim.kernels.transformer import META, TF_CARRY, TF_SLOTS, TF_WINDOW
-from brwsim.kernels.aim import AIM_TIES, aim, retarget
+from brwsim.kernels.aim import AIM_TIES, after_pass, aim
 from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
-from brwsim.kernels.select import accumulate, select_by, tie_cut, within
+from brwsim.kernels.select import accumulate, select_by, tie_cut
 from brwsim.kernels.tree import first_levels, node_buffers
 
 
@@ -208,6 +208,7 @@ def best_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, 
     forwards = np.zeros(2, np.int64)
     t = t_start
     visited = 0
+    unit_rate = np.ones(3)          # after_pass's flags: growth rate 1, not learnt
     for col in range(rkeys.shape[0]):
         t_lo = -np.inf
         t_hi = np.inf
@@ -223,8 +224,8 @@ def best_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, 
                  lf, li, head, dhead, inv) = _best_levels(n_levels, head_cap, dcap, v)
                 continue
             visited += cap if n == ABORT else n
-            core = n if n < p_max else within(est, n, t)
-            done, t, t_lo, t_hi, widen = retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
+            done, t, t_lo, t_hi, widen = after_pass(est, dep, order, n, cap, p_max, t, t_lo, t_hi,
+                                                    AIM_TIES, unit_rate, 1, -1, t, False)[:5]
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, forwards[0], forwards[1], t

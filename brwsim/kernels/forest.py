@@ -19,12 +19,10 @@ from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.aim import AIM_REPEAT, AIM_TIES, after_pass, aim, start_threshold, tune
 from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP, collect, top_bound
 from brwsim.kernels.dist import CTX_F, CTX_I, ROOT_DRAW, closed_form
-from brwsim.kernels.levels import level_buffers
 from brwsim.kernels.rng import mix, root_key
-from brwsim.kernels.select import score_buffers, score_nested
+from brwsim.kernels.select import score_nested
 from brwsim.kernels.tree import (HUGE_TIE, T_LIMIT, TOO_FEW, WS_DEP, WS_FLAGS, WS_ONPATH, WS_ORDER,
-                                 WS_POS, WS_SEL, grow_tree, new_levels, new_workspace, node_buffers,
-                                 record_buffers)
+                                 WS_POS, WS_SEL, grow_tree, new_levels, new_workspace, wider_buffers)
 
 _BATCH = np.uint64(0x3C6EF372FE94F82B)     # purpose: iteration root -> request roots
 _REQUEST = np.uint64(0xA54FF53A5F1D36F1)   # odd multiplier of the request index
@@ -105,15 +103,13 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
             n = ABORT
         visited += cap if n == ABORT else n
         done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = after_pass(
-            pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short)
+            pos, dep, order, n, cap, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev,
+            short)
         if widen:
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, ws, 0  # (the caller stops: an error)
             cap *= 2
-            pos, dep, onpath, order = node_buffers(cap)
-            nkey, nxt, nrk = record_buffers(cap)
-            lv = level_buffers(cap)
-            sel = score_buffers(cap)
+            pos, dep, onpath, order, nkey, nxt, nrk, lv, sel = wider_buffers(cap)
         if done:
             break
         if t > T_LIMIT:

@@ -36,9 +36,9 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
-from brwsim.kernels.aim import AIM_TIES, aim, retarget
+from brwsim.kernels.aim import AIM_TIES, after_pass, aim
 from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
-from brwsim.kernels.select import accumulate, before, select, select_by, select_nested, tie_cut, within
+from brwsim.kernels.select import accumulate, before, select, select_by, select_nested, tie_cut
 from brwsim.kernels.tree import first_levels, new_levels, node_buffers
 
 # Purpose of the drafter's noise at a node (next 64 bits of pi after rng.ROOT).
@@ -480,6 +480,7 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
      lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
     t = t_start
     visited = 0
+    unit_rate = np.ones(3)          # after_pass's flags: growth rate 1, not learnt
     for col in range(rkeys.shape[0]):
         rkey = rkeys[col]
         t_lo = -np.inf
@@ -497,8 +498,8 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
                  lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
                 continue
             visited += cap if n == ABORT else n
-            core = n if n < p_max else within(est, n, t)
-            done, t, t_lo, t_hi, widen = retarget(core, p_max, t, t_lo, t_hi, AIM_TIES, 1.0)
+            done, t, t_lo, t_hi, widen = after_pass(est, dep, order, n, cap, p_max, t, t_lo, t_hi,
+                                                    AIM_TIES, unit_rate, 1, -1, t, False)[:5]
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t

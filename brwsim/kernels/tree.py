@@ -66,6 +66,15 @@ def new_levels(n_levels, head_cap):
 
 
 
+@njit_cached
+def wider_buffers(cap):
+    """The node-sized buffers of a workspace for ``cap`` nodes (a pass's buffers widened for
+    a tie): node arrays, records, the level-by-level pass's and the scoring's buffers."""
+    pos, dep, onpath, order = node_buffers(cap)
+    nkey, nxt, nrk = record_buffers(cap)
+    return pos, dep, onpath, order, nkey, nxt, nrk, level_buffers(cap), score_buffers(cap)
+
+
 @kernel
 def first_levels(head_cap):
     """Levels a pass starts with: 256, fewer (at least 8) when a level's head row is so wide
@@ -156,6 +165,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             resumed = True
             lowered = False
             n = level_pass(fpar, ipar, data, rkey, tie_cut(t), cap, cut, top, pos, dep, onpath, lv)
+            filled = 0              # (an overflowing level is not written)
         elif fresh:
             li[0, CTX_I] = root_ci
             lf[0, CTX_F] = root_cf
@@ -164,6 +174,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
                                           root_mode, t, cap, cut, pos, dep, onpath, nkey, nxt, nrk,
                                           own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head,
                                           p_stop, order)
+            filled = cap
             lowered = low < np.inf      # the pass lowered its cut-off: P_max nodes lie below
             if low < t:
                 t = low
@@ -174,6 +185,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             n, fr, fu, fc = resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, cut, n,
                                     fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev,
                                     on_lev, u_lev, c_lev, lf, li, head)
+            filled = cap
         if n == TOO_DEEP:
             root_row = head[0]          # a preset root may keep its state in its head row
             keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(2 * keys.shape[0], head_cap)
@@ -185,7 +197,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             continue
         visited += cap - n0 if n == ABORT else n - n0
         done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = after_pass(
-            pos, n, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev, short)
+            pos, dep, order, n, filled, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev,
+            short)
         fresh = n == ABORT or not continued
         if fresh and not level:
             resumed = False
@@ -193,10 +206,7 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, ws     # (the caller stops: an error)
             cap *= 2
-            pos, dep, onpath, order = node_buffers(cap)
-            nkey, nxt, nrk = record_buffers(cap)
-            lv = level_buffers(cap)
-            sel = score_buffers(cap)
+            pos, dep, onpath, order, nkey, nxt, nrk, lv, sel = wider_buffers(cap)
         if done:
             zone = score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
                                  dep_out, col, flags[0] == 1.0)[1]

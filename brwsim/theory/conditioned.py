@@ -18,7 +18,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.interrupt import answering
-from brwsim.kernels.conditioned import conditioned_values
+from brwsim.kernels.conditioned import MAX_FRONTIER, conditioned_values
 from brwsim.kernels.dist import LEVEL_F, LEVEL_I
 from brwsim.keys import seed_key
 from brwsim.theory.predict import Prediction, _budgets
@@ -127,9 +127,12 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
         out = np.empty((3, n, flat.size))
         w = np.zeros((flat.size, 4, s.size) if want_w else (1, 4, 1))
         work = np.zeros(1, np.int64)
-        answering(conditioned_values, spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                           lf, li, head, key, n, int(expand), t_max, cum_u, counts, h, flat,
-                           tau, out[0], out[1], out[2], w, want_w, work)
+        if answering(conditioned_values, spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
+                     spec.cprog, lf, li, head, key, n, int(expand), t_max, cum_u, counts, h,
+                     flat, tau, out[0], out[1], out[2], w, want_w, work) < 0:
+            raise UserError(f"small_budget_bound: {family!r} has more than {MAX_FRONTIER} "
+                            "children within reach of a node; the conditioned bound is not "
+                            "computed for so wide a law")
         return out[0], out[1], out[2], w, tau, int(work[0]) / n
 
     # a pilot on other roots sets how deep children are drawn: lam below every pilot
