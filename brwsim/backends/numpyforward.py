@@ -29,7 +29,7 @@ from brwsim.errors import UserError
 
 __all__ = ["NumpyEvaluator", "ancestor_mask", "load_hf_weights"]
 
-_CHUNK = 512          # most context rows per block of start()
+_CHUNK = 256          # most context rows per block of start()
 _SCORES = 1 << 24     # most attention scores one block of start() holds
 _OWN_RATIO = 4        # a batch's tree keys per row, beyond which rows read their own paths
 _DTYPES = {"float32": np.float32, "float64": np.float64}
