@@ -8,7 +8,7 @@ SmolLM2-135M-Instruct (a Hugging Face folder converted from the GGUF of the
     rendered prompts then k <= 32 tokens of the model's own answer) in rounds
     (:func:`brwsim.backends.rounds.optimal_tree`); every ``extend`` call is recorded;
 (b) the same calls (the same nodes, in the same batches, over the same prefixes) are
-    replayed through ``transformers``' own ``LlamaForCausalLM`` in float32 on the same
+    replayed, each tree right after (a) built it (so that both see the same load), through ``transformers``' own ``LlamaForCausalLM`` in float32 on the same
     weights: the prefix through the model once per root (a ``DynamicCache``), then each
     batch with ``position_ids`` = prefix length + depth - 1 and a 4D additive mask that
     lets each row see the prefix, its ancestors and itself (the standard tree-verification
@@ -22,10 +22,12 @@ of (b) over its replayed calls, their ratio, (a)'s FLOP rate as a fraction of (c
 multiply-adds of a node: its weight matrices, the LM head and its attention over the
 prefix and its ancestors), also against the peak timed just before each call (the
 best of 3 products; weighted by the calls' times: the fair figure on a shared machine),
-the process's peak RSS after (a) and at the end, the prefix
-of a 1,024-token root in units of tree nodes (cold: a fresh context; shared: a root whose
-first 1,024 - 32 tokens were the last root's, the common case of roots along one answer),
-and the largest difference of (a)'s and (b)'s log-probabilities.
+the same rates per CPU second of the process (``time.process_time``: less sensitive to
+the machine's load than wall time), the process's peak RSS before the torch model is
+loaded and at the end, the prefix of a 1,024-token root in units of tree nodes (cold: a
+fresh context, best of 3; shared: a root whose first 1,024 - 32 tokens were the last
+root's, the common case of roots along one answer) and its FLOPs in units of a tree
+node's, and the largest difference of (a)'s and (b)'s log-probabilities.
 
 Usage::
 
@@ -123,14 +125,21 @@ def node_flops(cfg: dict, n_ctx: int, depth: int) -> float:
     return 2.0 * (mats + attn)
 
 
-def torch_replay(folder: str, calls: list, threads: int = 1):
-    """Replay recorded calls through transformers' LlamaForCausalLM (float32)."""
+def torch_model(folder: str, threads: int = 1):
+    """transformers' LlamaForCausalLM of ``folder`` in float32, on ``threads`` threads."""
     import torch
-    from transformers import AutoModelForCausalLM, DynamicCache
+    from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    model.eval()
+    return model.eval()
+
+
+def torch_replay(model, calls: list):
+    """Replay recorded calls (each tree's from its ``start``) through ``model``."""
+    import torch
+    from transformers import DynamicCache
+
     t_ext, c_ext, n_nodes, maxdiff = 0.0, 0.0, 0, 0.0
     with torch.no_grad():
         for call in calls:
@@ -199,17 +208,23 @@ def main() -> None:
     t_tree = 0.0
     rounds = 0
     t_next = None
+    rss_a = rss_mb()
+    model = torch_model(args.model)
+    n_b, t_b, c_b, maxdiff = 0, 0.0, 0.0, 0.0
     for it in range(args.trees):
         peak = max(peak, matmul_peak())       # the best of several, the machine being shared
         rkey = node_key(0, it, ())
         ctx = roots.context(it, rkey)
+        first = len(rec.calls)
         t0 = time.perf_counter()
         tree = optimal_tree(rec, ctx, args.budget, rkey, round_max=args.round_max, t_start=t_next)
         t_next = tree.t_end
         t_tree += time.perf_counter() - t0
         nodes += tree.evaluated
         rounds += tree.rounds
-    rss_a = rss_mb()
+        # (b) right after (a) on the same tree: the two see the same load, tree by tree
+        n, t, c, diff = torch_replay(model, rec.calls[first:])
+        n_b, t_b, c_b, maxdiff = n_b + n, t_b + t, c_b + c, max(maxdiff, diff)
     peak = max(peak, matmul_peak())
     rate_a = nodes / rec.t_extend
     # the prefix of a 1,024-token root, cold and shared with the last root's
@@ -232,7 +247,6 @@ def main() -> None:
     nh, hd = cfg["num_attention_heads"], cfg.get("head_dim") or d // cfg["num_attention_heads"]
     per_tok = node_flops(cfg, 0, 0) - 2.0 * d * cfg["vocab_size"]
     prefix_flops = 1024 * per_tok + 2.0 * nl * 2 * nh * hd * (1024 * 1025 / 2) + 2.0 * d * cfg["vocab_size"]
-    n_b, t_b, c_b, maxdiff = torch_replay(args.model, rec.calls)
     rate_b = n_b / t_b
     out = {
         "model": args.model, "budget": args.budget, "trees": args.trees,
@@ -252,7 +266,7 @@ def main() -> None:
         "fraction_of_peak": round(rec.flops / rec.t_extend / peak, 3),
         "contemporaneous_peak_gflops": round(rec.peak_weighted / rec.t_extend / 1e9, 2),
         "fraction_of_contemporaneous_peak": round(rec.flops / rec.peak_weighted, 3),
-        "peak_rss_mb_after_numpy": round(rss_a, 1),
+        "peak_rss_mb_before_torch_model": round(rss_a, 1),
         "peak_rss_mb_end": round(rss_mb(), 1),
         "prefix_1024_cold_in_nodes": round(min(t_cold) * rate_a, 1),
         "prefix_1024_cold_in_nodes_cpu": round(min(c_cold) * nodes / rec.c_extend, 1),

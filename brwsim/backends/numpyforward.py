@@ -27,9 +27,9 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.models.hfconfig import read_config
 
-__all__ = ["NumpyEvaluator", "load_hf_weights"]
+__all__ = ["NumpyEvaluator", "ancestor_mask", "load_hf_weights"]
 
-_CHUNK = 512          # most context rows per block of start()
+_CHUNK = 256          # most context rows per block of start()
 _SCORES = 1 << 24     # most attention scores one block of start() holds
 _OWN_RATIO = 4        # a batch's tree keys per row, beyond which rows read their own paths
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -86,6 +86,36 @@ class _Lazy(Mapping):
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+def ancestor_mask(parent: np.ndarray, nodes: np.ndarray, width: int) -> np.ndarray:
+    """Which tree nodes each of ``nodes`` attends to: its ancestors and itself.
+
+    Parameters
+    ----------
+    parent : numpy.ndarray
+        int64 parent of every node so far (``-1``: the root), ``nodes`` included.
+    nodes : numpy.ndarray
+        int64 ids of the rows.
+    width : int
+        Number of node ids (columns), above every id in ``nodes``.
+
+    Returns
+    -------
+    numpy.ndarray
+        bool (len(nodes), width).
+    """
+    k = nodes.size
+    anc = np.zeros((k, width), bool)
+    rows = np.arange(k)
+    anc[rows, nodes] = True
+    cur = parent[nodes]
+    while True:
+        live = np.flatnonzero(cur >= 0)
+        if not live.size:
+            return anc
+        anc[rows[live], cur[live]] = True
+        cur[live] = parent[cur[live]]
 
 
 def _get(w: dict, names: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
@@ -500,16 +530,7 @@ class NumpyEvaluator:
         self._parent = np.concatenate([self._parent, par])
         self._depth = np.concatenate([self._depth, depth])
         # the union of the batch's ancestors (and the batch), and each row's own ones
-        anc = np.zeros((n, m0 + n), bool)
-        anc[np.arange(n), ids] = True
-        cur = par.copy()
-        rows = np.arange(n)
-        while True:
-            live = np.flatnonzero(cur >= 0)
-            if not live.size:
-                break
-            anc[rows[live], cur[live]] = True
-            cur[live] = self._parent[cur[live]]
+        anc = ancestor_mask(self._parent, ids, m0 + n)
         cols = np.flatnonzero(anc.any(axis=0))
         grp = self.nh // self.nkv
         r, c = np.nonzero(anc)                    # each row's visible nodes, row by row
@@ -518,7 +539,8 @@ class NumpyEvaluator:
         zero, hidden = self._dt(0), self._dt(-np.inf)
         if cols.size <= _OWN_RATIO * w:
             # one key block for the batch: the union of its rows' ancestors, masked
-            tree = ("union", nctx + cols, np.repeat(np.where(anc[:, cols], zero, hidden), grp, axis=0))
+            mask = np.repeat(np.where(anc[:, cols], zero, hidden), grp, axis=0)
+            tree = ("union", nctx + cols, mask)
             width = cols.size
         else:
             # each row its own keys, padded to the longest path (with the row's own node)

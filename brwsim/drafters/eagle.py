@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.backends.numpyforward import ancestor_mask
 from brwsim.errors import UserError
 from brwsim.models.hfconfig import read_config
 
@@ -181,7 +182,8 @@ class EagleHead:
         in float64, rounded once)."""
         top = int(pos.max()) + 1
         if self._cos.shape[0] < top:
-            ang = np.arange(max(top, 2 * self._cos.shape[0], 512), dtype=np.float64)[:, None] * self._inv
+            size = max(top, 2 * self._cos.shape[0], 512)
+            ang = np.arange(size, dtype=np.float64)[:, None] * self._inv
             self._cos = np.cos(ang).astype(self._dt)[:, None, :]
             self._sin = np.sin(ang).astype(self._dt)[:, None, :]
         return self._cos[pos], self._sin[pos]
@@ -318,16 +320,7 @@ class EagleHead:
             node = base + ready
             self._depth[node] = depth
             # each ready node's ancestors and itself: the wave's union, masked per row
-            k = ready.size
-            anc = np.zeros((k, base + n), bool)
-            anc[np.arange(k), node] = True
-            cur, rows = par.copy(), np.arange(k)
-            while True:
-                live = np.flatnonzero(cur >= 0)
-                if not live.size:
-                    break
-                anc[rows[live], cur[live]] = True
-                cur[live] = self._parent[cur[live]]
+            anc = ancestor_mask(self._parent, node, base + n)
             cols = np.flatnonzero(anc.any(axis=0))
             bias = np.repeat(np.where(anc[:, cols], self._dt.type(0), self._dt.type(-np.inf)),
                              rep, axis=0)

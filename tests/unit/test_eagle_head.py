@@ -168,3 +168,18 @@ def test_shipped_head_fits_smollm2_and_drafts():
     root = h.start(rng.integers(0, 49152, 12), rng.normal(0, 1, (12, 576)).astype(np.float32))
     out = h.extend(np.array([-1, 0]), np.array([int(np.argmax(root)), 7]))
     np.testing.assert_allclose(np.exp(out).sum(1), 1.0, rtol=1e-5)
+
+
+def test_top_children_of_a_reduced_vocabulary_rank_like_the_whole_row():
+    """Rows that are -inf outside a draft vocabulary (the head's output) rank their finite
+    tokens exactly as the order it promises: probability descending, lower id on ties."""
+    from brwsim.drafters.shapes import top_children
+
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        lp = np.full(500, -np.inf)
+        dv = rng.choice(500, 60, replace=False)
+        lp[dv] = np.round(rng.normal(0, 1, dv.size), 1)      # rounding makes ties
+        for k in (1, 5, 60, 100):
+            want = np.lexsort((np.arange(500), -lp))[:min(k, dv.size)]
+            np.testing.assert_array_equal(top_children(lp, k), want)
