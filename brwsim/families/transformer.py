@@ -154,7 +154,8 @@ def _check_temperature(value: Any, backend: str) -> float:
     """T > 0, or T = 0 (greedy decoding) under a batched backend."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
         if backend == "numba":
-            raise UserError("temperature=0 (greedy decoding) needs backend=numpy or torch")
+            raise UserError("temperature must be a finite number > 0 with backend=numba "
+                            "(temperature=0, greedy decoding, needs backend=numpy or torch)")
         return 0.0
     return check_positive("temperature", value)
 

@@ -213,7 +213,7 @@ def test_drafter_takes_a_gguf(tiny):
     from brwsim.policies import parse_policy
 
     d = parse_policy(f"drafter(path='{tiny['Q4_0']}')")
-    assert d._block.tobytes() == load_checkpoint(str(tiny["Q4_0_hf"])).block.tobytes()
+    assert d._checkpoint.block.tobytes() == load_checkpoint(str(tiny["Q4_0_hf"])).block.tobytes()
     digest = hashlib.sha256(Path(tiny["Q4_0"]).read_bytes()).hexdigest()
     assert d.input_files() == {str(Path(tiny["Q4_0"]).resolve()): digest}
 
