@@ -18,7 +18,8 @@ root it records, per budget P:
 Gemma 3 270M (``--model gemma3-270m`` or a gemma3 ``.gguf``; transformers' classes
 through :class:`brwsim.backends.torchforward.TorchEvaluator`, since the numpy backend
 has no gemma3 architecture) runs part (a) only: it has no head, and the drafters are the
-SmolLM2 experiment's.
+SmolLM2 experiment's. Its GGUF has no chat template, so its prompts are their plain text
+after BOS.
 
 Root r reads prompt ``(r // per_prompt) mod n_prompts`` at k answer tokens, k uniform in
 0..128 (``--per-prompt``, default 4: a prompt's roots share the cost of generating its
@@ -42,6 +43,8 @@ Usage::
     python experiments/real_gap.py [--quick] [--roots 300] [--pmax 1024]
         [--sets humaneval,chat] [--temps 1,0] [--model smollm2-135m-instruct]
         [--parts DIR] [--merge-only] [--out data/real_gap.nc]
+    python experiments/real_gap.py --model /tmp/models/gemma-3-270m-q4_k_m.gguf --temps 1 \
+        --threads 1 --out data/real_gap_gemma3.nc          # Gemma 3: part (a) only
 """
 
 from __future__ import annotations
