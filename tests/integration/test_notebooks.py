@@ -3,6 +3,8 @@
 Every ``notebooks/*.ipynb`` is covered, so a new notebook is tested without changes here.
 The execution test runs in quick mode (``BRWSIM_NOTEBOOK_QUICK=1``): the notebooks
 regenerate small data with ``experiments/<name>.py --quick`` instead of reading ``data/``.
+A notebook on a real model (``REAL_MODEL``) runs its quick data on that model: it is
+marked slow, and skipped where the model is not fetched.
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ import pytest
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 MAX_BYTES = 1_000_000
+#: Notebooks whose quick data come from a real model: minutes on a CPU, and only where the
+#: model file is fetched (name -> catalogue model).
+REAL_MODEL = {"real_gap": "smollm2-135m-instruct"}
+
+
+def _quick_params():
+    """Every notebook; those on a real model are marked slow."""
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in REAL_MODEL else [])
+            for p in NOTEBOOKS]
 
 
 def _atlas():
@@ -51,11 +62,19 @@ def test_stored_notebook_is_executed_without_errors_and_small(path):
     assert not any(marker in t for t in texts), f"{path.name} is stored with quick-mode outputs"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", _quick_params())
 def test_notebook_runs_top_to_bottom_in_quick_mode(path, monkeypatch):
     pytest.importorskip("nbclient")
     pytest.importorskip("nbformat")
     pytest.importorskip("ipykernel")
+    if path.stem in REAL_MODEL:
+        from brwsim.errors import UserError
+        from brwsim.models.catalogue import local_path
+
+        try:
+            local_path(REAL_MODEL[path.stem])
+        except UserError as exc:
+            pytest.skip(str(exc))
     monkeypatch.setenv("BRWSIM_NOTEBOOK_QUICK", "1")     # the kernel inherits the environment
     nb = _atlas().execute(path)
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
