@@ -27,7 +27,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.models.hfconfig import read_config
 
-__all__ = ["NumpyEvaluator", "ancestor_mask", "load_hf_weights"]
+__all__ = ["NumpyEvaluator", "ancestor_mask", "load_hf_weights", "rotate_half"]
 
 _CHUNK = 256          # most context rows per block of start()
 _SCORES = 1 << 24     # most attention scores one block of start() holds
@@ -86,6 +86,20 @@ class _Lazy(Mapping):
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+def rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """(n, heads, hd) rows rotated by RoPE angles whose cosines and sines broadcast over
+    them (the rotate_half convention: dimensions i and i + hd/2 pair), as a new array."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = np.empty(x.shape, x.dtype)
+    o1, o2 = out[..., :half], out[..., half:]
+    np.multiply(x1, cos, out=o1)
+    o1 -= x2 * sin
+    np.multiply(x2, cos, out=o2)
+    o2 += x1 * sin
+    return out
 
 
 def ancestor_mask(parent: np.ndarray, nodes: np.ndarray, width: int) -> np.ndarray:
@@ -302,18 +316,8 @@ class NumpyEvaluator:
         return np.cos(ang).astype(self._dt)[:, None, :], np.sin(ang).astype(self._dt)[:, None, :]
 
     def _rope(self, x: np.ndarray, cs: tuple) -> np.ndarray:
-        """(n, heads, hd) rows rotated by the angles ``cs`` (rotate_half pairs i, i + hd/2),
-        as a new contiguous array."""
-        cos, sin = cs
-        half = self.hd // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        out = np.empty(x.shape, self._dt)
-        o1, o2 = out[..., :half], out[..., half:]
-        np.multiply(x1, cos, out=o1)
-        o1 -= x2 * sin
-        np.multiply(x2, cos, out=o2)
-        o2 += x1 * sin
-        return out
+        """(n, heads, hd) rows rotated by the angles ``cs`` (:func:`rotate_half`)."""
+        return rotate_half(x, *cs)
 
     def _mlp(self, h: np.ndarray, L: tuple) -> np.ndarray:
         f = h @ L[8]

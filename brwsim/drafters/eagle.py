@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.backends.numpyforward import ancestor_mask
+from brwsim.backends.numpyforward import ancestor_mask, rotate_half
 from brwsim.errors import UserError
 from brwsim.models.hfconfig import read_config
 
@@ -189,16 +189,8 @@ class EagleHead:
         return self._cos[pos], self._sin[pos]
 
     def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """(n, heads, hd) rows rotated (rotate_half pairs i, i + hd/2), as a new array."""
-        half = self.hd // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        out = np.empty(x.shape, self._dt)
-        o1, o2 = out[..., :half], out[..., half:]
-        np.multiply(x1, cos, out=o1)
-        o1 -= x2 * sin
-        np.multiply(x2, cos, out=o2)
-        o2 += x1 * sin
-        return out
+        """(n, heads, hd) rows rotated (:func:`~brwsim.backends.numpyforward.rotate_half`)."""
+        return rotate_half(x, cos, sin)
 
     def _layer(self, tok: np.ndarray, feat: np.ndarray, pos: np.ndarray, at: Any,
                full: int, rows: Any, bias: np.ndarray) -> np.ndarray:
