@@ -34,7 +34,7 @@ import numpy as np
 from brwsim.bank.importer import import_arrays
 from brwsim.errors import UserError
 from brwsim.families.transformer import Transformer
-from brwsim.backends.rounds import tempered
+from brwsim.backends.rounds import sampled_rank, tempered
 from brwsim.io import file_sha256, write_netcdf_atomic
 from brwsim.keys import node_key, seed_key
 from brwsim.kernels.rng import PATH, purpose_key, unit
@@ -285,10 +285,8 @@ def capture_roots(family: Transformer, iterations: int, out: str | os.PathLike[s
             else:
                 with np.errstate(divide="ignore"):
                     row = np.log(family.probs(family.root_tokens(seed, it)))
-            order = np.lexsort((np.arange(row.size), -row))
-            cum = np.cumsum(np.exp(row[order]))
-            u = unit(np.uint64(purpose_key(np.uint64(node_key(seed, it, ())), PATH)), 0)
-            rank[it] = min(int(np.searchsorted(cum, u)), row.size - 1)
+            r, order = sampled_rank(row, unit(np.uint64(purpose_key(np.uint64(node_key(seed, it, ())), PATH)), 0))
+            rank[it] = min(r, row.size - 1)
             row = row.astype(np.float64)            # normalised again in float64
             top = row[order[0]]
             lp[it] = row[order[:k]] - (top + np.log(np.exp(row - top).sum()))

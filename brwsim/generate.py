@@ -24,7 +24,7 @@ from brwsim.families.base import Family
 from brwsim.families.empirical import Empirical
 from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
-from brwsim.backends.rounds import tempered
+from brwsim.backends.rounds import sampled_rank, tempered
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.lazy import xarray as xr
@@ -133,13 +133,12 @@ def _batched_run(family, policy, budgets, key, run, tokens, acc, exp, dep, ci_ou
             rkey = np.uint64(child_key(rkey, np.uint64(r)))
         ctx = np.concatenate([ctx, res.path_tokens[:x]]).astype(np.int64)
         lp = ev.start(ctx)                  # the node where the path left the tree
-        if family.temperature == 0:
-            r, tok = 0, int(np.flatnonzero(lp == lp.max())[0])
+        if family.temperature == 0:          # the argmax, lower id on ties
+            r, tok = 0, int(np.argmax(lp))
         else:
-            lq = tempered(lp[None, :], family.beta)[0]
-            order = np.lexsort((np.arange(lq.size), -lq))
-            cum = np.cumsum(np.exp(lq[order]))
-            r = min(int(np.searchsorted(cum, unit(np.uint64(purpose_key(rkey, PATH)), 0))), lq.size - 1)
+            r, order = sampled_rank(tempered(lp[None, :], family.beta)[0],
+                                    unit(np.uint64(purpose_key(rkey, PATH)), 0))
+            r = min(r, lp.size - 1)
             tok = int(order[r])
         rkey = np.uint64(child_key(rkey, np.uint64(r)))
         ctx = np.append(ctx, tok)[-(ev.max_positions - 64):]

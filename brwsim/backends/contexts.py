@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from brwsim.backends.base import TreeEvaluator
-from brwsim.backends.rounds import tempered
+from brwsim.backends.rounds import sampled_rank, tempered
 from brwsim.errors import UserError
 from brwsim.kernels.rng import PATH, REGIME, mix, purpose_key, root_key, unit
 
@@ -100,14 +100,10 @@ class AnswerRoots:
                 parent = 0
             while len(ans) < k:
                 if math.isinf(self.beta):         # greedy: the argmax, lower id on ties
-                    tok = int(np.flatnonzero(lp == lp.max())[0])
+                    tok = int(np.argmax(lp))
                 else:
-                    lq = tempered(lp, self.beta)
-                    order = np.lexsort((np.arange(lq.size), -lq))
-                    cum = np.cumsum(np.exp(lq[order]))
-                    u = unit(akey, len(ans))
-                    r = min(int(np.searchsorted(cum, u)), lq.size - 1)
-                    tok = int(order[r])
+                    r, order = sampled_rank(tempered(lp, self.beta), unit(akey, len(ans)))
+                    tok = int(order[min(r, lp.size - 1)])
                 ans.append(tok)
                 if tok in self.eos:
                     self._ended.add(i)

@@ -32,7 +32,7 @@ from brwsim.backends.base import TreeEvaluator
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.select import TIE_REL
 
-__all__ = ["RoundsTree", "RootResult", "optimal_tree", "score_budgets", "tempered"]
+__all__ = ["RoundsTree", "RootResult", "optimal_tree", "sampled_rank", "score_budgets", "tempered"]
 
 #: Largest number of nodes one round evaluates.
 ROUND_MAX = 128
@@ -81,6 +81,16 @@ def tempered(lp: np.ndarray, beta: float) -> np.ndarray:
     z = beta * lp
     m = z.max(axis=-1, keepdims=True)
     return z - (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))
+
+
+def sampled_rank(lq: np.ndarray, u: float) -> tuple[int, np.ndarray]:
+    """The rank a uniform ``u`` picks by inverse CDF over the ranks of log-probabilities
+    ``lq`` (probability descending, then token id): the first r with u <= cum[r], or
+    ``lq.size`` when u exceeds the summed mass; with the ranks' tokens (``order[r]`` is
+    rank r's token). The cumulative sum runs in rank order, as the rounds' does."""
+    order = np.lexsort((np.arange(lq.size), -lq))
+    cum = np.cumsum(np.exp(lq[order]))
+    return int(np.searchsorted(cum, u)), order
 
 
 def _tied(a: float, b: float) -> bool:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from brwsim.backends.base import TreeEvaluator
-from brwsim.backends.rounds import tempered as tempered_rows
+from brwsim.backends.rounds import sampled_rank, tempered as tempered_rows
 from brwsim.errors import UserError
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 
@@ -91,10 +91,7 @@ def _sampled_path(root_lq: np.ndarray, lqs: np.ndarray, row: np.ndarray, parents
     ranks: list[int] = []
     node, key, lq = -1, np.uint64(root_key), root_lq
     while True:
-        order = np.lexsort((np.arange(lq.size), -lq))
-        cum = np.cumsum(np.exp(lq[order]))
-        u = unit(np.uint64(purpose_key(key, PATH)), 0)
-        r = int(np.searchsorted(cum, u))             # the first rank with u <= cum[r]
+        r, order = sampled_rank(lq, unit(np.uint64(purpose_key(key, PATH)), 0))
         if r >= lq.size:
             break
         child = children.get((node, int(order[r])))
