@@ -108,19 +108,19 @@ def _prompt_set_items(model: str, source: Any, chat: bool | None = None) -> list
     if not isinstance(source, str) or (source not in PROMPT_SETS and not source.endswith(".jsonl")):
         return None
     conversations = load_prompts(source)
-    template = load_gguf(model).chat_template if is_gguf(model) else None
-    if chat and template is None:
+    m = load_gguf(model) if is_gguf(model) else None
+    if chat and (m is None or m.chat_template is None):
         raise UserError(f"chat=true: {model} has no chat template (use chat=false for raw prompts)")
-    if template is not None and chat is not False:
-        m = load_gguf(model)
+    if m is not None and m.chat_template is not None and chat is not False:
         return [m.render_chat(c) for c in conversations]
     return [prompt_text(c) for c in conversations]
 
 
-def _bos_token(model: str) -> int | None:
+def _bos_token(model: str, config: dict) -> int | None:
     """The BOS id that starts every encoded text of ``model``, or None: a GGUF's
     ``tokenizer.ggml.add_bos_token`` (llama.cpp's rule), a folder's
-    ``tokenizer_config.json`` ``add_bos_token`` with its ``config.json`` ``bos_token_id``."""
+    ``tokenizer_config.json`` ``add_bos_token`` with the ``bos_token_id`` of its
+    configuration ``config`` (the family's, already read and checked)."""
     if is_gguf(model):
         m = load_gguf(model)
         return m.bos_token_id if m.add_bos_token else None
@@ -130,10 +130,9 @@ def _bos_token(model: str) -> int | None:
     try:
         with open(cfg_path, encoding="utf-8") as fh:
             add = json.loads(fh.read(1 << 22)).get("add_bos_token") is True
-        with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
-            bos = json.loads(fh.read(1 << 22)).get("bos_token_id")
     except (OSError, ValueError, AttributeError):
         return None
+    bos = config.get("bos_token_id")
     return bos if add and isinstance(bos, int) and not isinstance(bos, bool) else None
 
 
@@ -469,7 +468,7 @@ class Transformer(RootSampled, Family):
                                    hashlib.sha256(text.encode("utf-8")).hexdigest())
                 items = [b.strip() for b in text.split("\n\n") if b.strip()]
         out = []
-        bos = _bos_token(os.path.abspath(shipped_checkpoint(self.path)))
+        bos = _bos_token(os.path.abspath(shipped_checkpoint(self.path)), self._config)
         for i, item in enumerate(items):
             if isinstance(item, str):
                 toks = self.encode(item)
