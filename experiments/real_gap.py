@@ -132,7 +132,13 @@ def iid_view(rows: np.ndarray, budgets: np.ndarray, trees: int, temperature: flo
              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """E[X | T_P] of the optimal tree when every node draws an i.i.d. distribution from
     ``rows`` (log-probabilities, one per root): mean and SE over ``trees`` trees."""
-    lq = tempered(rows, temperature) if temperature != 1 else np.asarray(rows, np.float64)
+    lq = tempered(rows, temperature) if temperature != 1 else np.array(rows, np.float64)
+    # a child ranked below P among its siblings never enters a tree of P nodes: each row
+    # keeps its P largest entries (and any tied with the P-th), the rest are -inf
+    pmax = int(budgets.max())
+    if pmax < lq.shape[1]:
+        kth = -np.partition(-lq, pmax - 1, axis=1)[:, pmax - 1:pmax]
+        lq[lq < kth] = -np.inf
 
     class Draws:
         vocab_size, max_positions, dtype = rows.shape[1], 1 << 30, "float64"

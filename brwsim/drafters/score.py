@@ -105,6 +105,30 @@ def _sampled_path(root_lq: np.ndarray, lqs: np.ndarray, row: np.ndarray, parents
     return on, np.array(ranks, np.int64)
 
 
+def _greedy_score(evaluator: TreeEvaluator, root_lp: np.ndarray, parents: np.ndarray,
+                  tokens: np.ndarray, depth: np.ndarray) -> TreeScore:
+    """T = 0: walk the target's argmax path down the drafted tree, evaluating only the
+    drafted nodes on it (one row each); every other node's path probability is 0."""
+    children: dict[tuple[int, int], int] = {}
+    for i in range(tokens.size):
+        children.setdefault((int(parents[i]), int(tokens[i])), i)
+    has_child = np.zeros(tokens.size, bool)
+    has_child[parents[parents >= 0]] = True
+    path = np.zeros(tokens.size, dtype=np.float64)
+    node, lp, row = -1, root_lp, -1
+    while True:
+        child = children.get((node, int(np.argmax(lp))))  # first maximum: the lower id
+        if child is None:
+            break
+        path[child] = 1.0
+        if not has_child[child]:
+            break
+        lp = evaluator.extend(np.array([row], np.int64), tokens[child:child + 1])[0]
+        node, row = child, row + 1
+    on = path.astype(np.int8)
+    return TreeScore(path, depth, float(path.sum()), on, np.zeros(int(on.sum()), np.int64))
+
+
 def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarray,
                tokens: np.ndarray, temperature: float = 1.0,
                root_key: int | None = None) -> TreeScore:
@@ -137,6 +161,8 @@ def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarra
     for i in range(n):
         depth[i] = 1 if parents[i] < 0 else depth[parents[i]] + 1
     root_lp = evaluator.start(np.asarray(context, dtype=np.int64))
+    if temperature == 0:
+        return _greedy_score(evaluator, root_lp, parents, tokens, depth)
     internal = np.zeros(n, dtype=bool)
     internal[parents[parents >= 0]] = True
     ids = np.flatnonzero(internal)                   # prefix-closed: parents are internal
@@ -145,16 +171,6 @@ def score_tree(evaluator: TreeEvaluator, context: np.ndarray, parents: np.ndarra
     lps = (evaluator.extend(np.where(parents[ids] < 0, -1, row[parents[ids]]), tokens[ids])
            if ids.size else np.empty((0, evaluator.vocab_size)))
     path = np.zeros(n, dtype=np.float64)
-    if temperature == 0:
-        root_best = int(np.argmax(root_lp))
-        best = np.argmax(lps, axis=1) if ids.size else np.empty(0, np.int64)
-        for i in range(n):
-            p = parents[i]
-            on_parent = 1.0 if p < 0 else path[p]
-            arg = root_best if p < 0 else int(best[row[p]])
-            path[i] = on_parent if tokens[i] == arg else 0.0
-        on = (path > 0).astype(np.int8)
-        return TreeScore(path, depth, float(path.sum()), on, np.zeros(int(on.sum()), np.int64))
     root_t = tempered_rows(root_lp[None, :], 1.0 / temperature)[0]
     lps_t = tempered_rows(lps, 1.0 / temperature) if ids.size else lps
     for i in range(n):

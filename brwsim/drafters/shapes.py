@@ -9,8 +9,8 @@ serves every budget up to its own.
 
 - :func:`best_first`: the P nodes of highest draft path probability (SpecExec's tree;
   the optimal tree if the draft were the target), built in rounds: each round evaluates
-  every node of the current top P not yet evaluated, in one batch, until the top P
-  contains no unevaluated node.
+  the best nodes (at most ``round_max``) of the current top P not yet evaluated, in one
+  batch, until the top P contains no unevaluated node.
 - :func:`greedy_chain`: the draft's argmax chain (one node per step).
 - :func:`dynamic`: EAGLE-2/3's tree, with the conventions of
   :class:`brwsim.policies.dynamic.Dynamic` (``depth`` layers, ``topk`` nodes expanded per
@@ -71,8 +71,13 @@ class _Nodes:
         self.depth: list[int] = []
         self.eval_id: list[int] = []          # id in the draft evaluator, -1 if unevaluated
 
-    def add(self, parent: int, tokens: np.ndarray, lps: np.ndarray, base: float, depth: int):
+    def add(self, parent: int, tokens: np.ndarray, lps: np.ndarray, base: float, depth: int,
+            floor: float = -np.inf):
+        """Add a node's children (in rank order); those of value below ``floor`` are left
+        out (a caller's proof that they cannot be ranked where it looks)."""
         for t, l in zip(tokens, lps):
+            if base + float(l) < floor:
+                break
             self.parent.append(parent)
             self.token.append(int(t))
             self.value.append(base + float(l))
@@ -109,11 +114,23 @@ def _check_budget(budget: int) -> int:
     return int(budget)
 
 
-def best_first(draft: TreeEvaluator, root_lp: np.ndarray, budget: int) -> DraftTree:
+#: Most nodes :func:`best_first` evaluates in one round: the best unevaluated nodes of the
+#: running top go first, so their children can push the lower ones out before those are
+#: evaluated for nothing.
+ROUND_MAX = 64
+
+
+def best_first(draft: TreeEvaluator, root_lp: np.ndarray, budget: int,
+               round_max: int = ROUND_MAX) -> DraftTree:
     """The ``budget`` nodes of highest draft path probability, in rank order.
 
     ``draft`` must have been started on the root (``root_lp`` is what ``start`` returned);
     it evaluates only nodes that were in the running top ``budget``.
+
+    Once ``budget`` candidates are listed, the running top's last value is a floor: the
+    final top ``budget`` is taken from a superset, so its last value can only be higher,
+    and a child below the floor can never enter it (children at the floor are kept, for
+    the tie order). Children are listed only down to it.
     """
     budget = _check_budget(budget)
     nodes = _Nodes()
@@ -126,11 +143,13 @@ def best_first(draft: TreeEvaluator, root_lp: np.ndarray, budget: int) -> DraftT
         if todo.size == 0 or (todo.size == 1 and len(top) == budget and todo[0] == top[-1]
                               and len(nodes.value) >= budget):
             return nodes.as_tree(top)
+        floor = nodes.value[top[-1]] if len(top) == budget else -np.inf
+        todo = todo[:round_max]                     # ranked: the best ones first
         out = nodes.evaluate(draft, todo)
         for j, i in enumerate(todo):
             expanded.add(int(i))
             kids = top_children(out[j], budget)
-            nodes.add(int(i), kids, out[j][kids], nodes.value[i], nodes.depth[i] + 1)
+            nodes.add(int(i), kids, out[j][kids], nodes.value[i], nodes.depth[i] + 1, floor)
 
 
 def greedy_chain(draft: TreeEvaluator, root_lp: np.ndarray, length: int) -> DraftTree:

@@ -35,7 +35,7 @@ def paths(parents, tokens):
     return res
 
 
-@pytest.mark.parametrize("budget", [1, 2, 5, 17])
+@pytest.mark.parametrize("budget", [1, 2, 5, 17, 90])
 def test_best_first_is_the_top_p_by_draft_probability(budget):
     draft = FunctionTarget()
     ctx = (2, 3)

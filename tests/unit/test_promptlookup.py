@@ -104,6 +104,33 @@ def test_greedy_scores_the_argmax_path():
     assert greedy_accepted(s) == 3
 
 
+def test_greedy_score_walks_only_the_argmax_path():
+    """T = 0 on random drafted trees: a node scores 1 exactly when every token on its path
+    is the target's argmax there, and only drafted nodes on that path are evaluated."""
+    rng = np.random.default_rng(5)
+    target = FunctionTarget()
+    ctx = np.array([4, 1], np.int64)
+    for _ in range(40):
+        n = int(rng.integers(1, 30))
+        parents = np.array([int(rng.integers(-1, i)) for i in range(n)], np.int64)
+        tokens = rng.integers(0, target.vocab_size, n)
+        want = np.zeros(n)
+        seqs = []
+        for i in range(n):
+            seq = tuple(ctx) if parents[i] < 0 else seqs[parents[i]]
+            top = int(np.argmax(target.full(seq)))
+            ok = parents[i] < 0 or want[parents[i]] == 1.0
+            first = not any(parents[j] == parents[i] and tokens[j] == tokens[i]
+                            for j in range(i))
+            want[i] = 1.0 if ok and first and tokens[i] == top else 0.0
+            seqs.append(seq + (int(tokens[i]),))
+        target.calls = 0
+        s = score_tree(target, ctx, parents, tokens, temperature=0)
+        assert s.path_prob.tolist() == want.tolist()
+        has_child = np.isin(np.arange(n), parents)
+        assert target.calls == int(np.count_nonzero(want.astype(bool) & has_child))
+
+
 def test_score_tree_bad_trees():
     target = FunctionTarget()
     with pytest.raises(UserError, match="precede"):
