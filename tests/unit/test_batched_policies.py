@@ -186,10 +186,12 @@ def test_capture_of_a_run_is_its_matched_iid_view(ckpt, tmp_path):
     assert not (tmp_path / "x.nc").exists()
 
 
-def test_sweep_over_a_batched_target_equals_its_runs(ckpt, tmp_path):
-    """A sweep point of a batched target (optimal and a drafter on its roots, two workers)
-    equals the trees of the point's key evaluated directly: chunks, shards and workers
-    change nothing."""
+@pytest.mark.parametrize("backend", ["loky", "dask"])
+def test_sweep_over_a_batched_target_equals_its_runs(ckpt, tmp_path, backend):
+    """A sweep point of a batched target (optimal and a drafter on its roots, two worker
+    processes of joblib or of a Dask cluster, each loading the model for itself) equals the
+    trees of the point's key evaluated directly: chunks, shards and workers change
+    nothing."""
     import xarray as xr
 
     from brwsim.sweep import sweep
@@ -222,7 +224,14 @@ name = "drafter"
 kind = "ngram"
 max = 3
 """)
-    rep = sweep(cfg, tmp_path / "out", jobs=2)
+    if backend == "dask":
+        distributed = pytest.importorskip("distributed")
+        with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                      dashboard_address=None) as cluster:
+            rep = sweep(cfg, tmp_path / "out", backend="dask",
+                        scheduler=cluster.scheduler_address)
+    else:
+        rep = sweep(cfg, tmp_path / "out", jobs=2, backend="loky")
     with xr.open_datatree(rep.path) as tree:
         ds = tree["transformer"].to_dataset().load()
     conf = load_config(cfg)
