@@ -32,6 +32,11 @@ node's, and the largest difference of (a)'s and (b)'s log-probabilities.
 Usage::
 
     python benchmarks/bench_real.py [--model /tmp/models/smollm2-hf] [--trees 3]
+        [--roots-per-pass 1]
+
+``--roots-per-pass G`` builds G roots' trees together in lockstep rounds
+(:func:`brwsim.backends.rounds.optimal_trees`, one ``extend_slots`` pass per round for
+all of them); "rounds" then counts the passes.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ import numpy as np  # noqa: E402
 
 from brwsim.backends.contexts import AnswerRoots  # noqa: E402
 from brwsim.backends.numpyforward import NumpyEvaluator, load_hf_weights  # noqa: E402
-from brwsim.backends.rounds import optimal_tree  # noqa: E402
+from brwsim.backends.rounds import optimal_trees  # noqa: E402
 from brwsim.keys import node_key, seed_key  # noqa: E402
 
 PROMPTS = [
@@ -80,40 +85,60 @@ def matmul_peak(reps: int = 20) -> float:
 
 
 class Recorder:
-    """Wraps an evaluator: times its ``extend`` calls, counts their FLOPs, records them,
-    and times numpy's reference product just before each call (the peak of that moment)."""
+    """Wraps an evaluator: times its ``extend`` (and ``extend_slots``) calls, counts their
+    FLOPs, records each root slot's calls, and times numpy's reference product just
+    before each call (the peak of that moment)."""
 
     def __init__(self, ev, cfg):
-        self.ev, self.cfg, self.calls, self.t_extend, self.t_start = ev, cfg, [], 0.0, 0.0
+        self.ev, self.cfg, self.t_extend, self.t_start = ev, cfg, 0.0, 0.0
         self.c_extend = 0.0
         self.vocab_size, self.max_positions, self.dtype = ev.vocab_size, ev.max_positions, ev.dtype
         self.flops, self.peak_weighted = 0.0, 0.0
+        self.calls: dict[int, list] = {}          # per slot: its start, then its batches
+        self.n_ctx: dict[int, int] = {}
+        self.depth: dict[int, np.ndarray] = {}
+
+    @property
+    def slot(self):
+        return self.ev.slot
+
+    def use_slot(self, slot):
+        self.ev.use_slot(slot)
 
     def start(self, context):
         t0 = time.perf_counter()
         out = self.ev.start(context)
         self.t_start += time.perf_counter() - t0
-        self.calls.append(("start", np.array(context)))
-        self.n_ctx, self.depth = len(context), np.empty(0, np.int64)
+        j = self.ev.slot
+        self.calls.setdefault(j, []).append(("start", np.array(context)))
+        self.n_ctx[j], self.depth[j] = len(context), np.empty(0, np.int64)
         return out
 
     def extend(self, parents, tokens):
-        par = np.asarray(parents)
-        m0 = self.depth.size
-        dep = np.empty(par.size, np.int64)
-        for j, p in enumerate(par):
-            dep[j] = 1 if p < 0 else (self.depth[p] if p < m0 else dep[p - m0]) + 1
-        self.depth = np.concatenate([self.depth, dep])
+        return self.extend_slots([(self.ev.slot, parents, tokens)])[0]
+
+    def extend_slots(self, batches):
+        flops = 0.0
+        for j, parents, _ in batches:
+            par = np.asarray(parents)
+            m0 = self.depth[j].size
+            dep = np.empty(par.size, np.int64)
+            for i, p in enumerate(par):
+                dep[i] = 1 if p < 0 else (self.depth[j][p] if p < m0 else dep[p - m0]) + 1
+            self.depth[j] = np.concatenate([self.depth[j], dep])
+            flops += sum(node_flops(self.cfg, self.n_ctx[j], int(d)) for d in dep)
         peak = matmul_peak(3)
         t0, c0 = time.perf_counter(), time.process_time()
-        out = self.ev.extend(parents, tokens)
+        outs = self.ev.extend_slots(batches)
         dt = time.perf_counter() - t0
         self.c_extend += time.process_time() - c0
         self.t_extend += dt
         self.peak_weighted += peak * dt
-        self.flops += sum(node_flops(self.cfg, self.n_ctx, int(d)) for d in dep)
-        self.calls.append(("extend", np.array(parents), np.array(tokens), out[:, :64].copy()))
-        return out
+        self.flops += flops
+        for (j, parents, tokens), out in zip(batches, outs):
+            self.calls[j].append(("extend", np.array(parents), np.array(tokens),
+                                  out[:, :64].copy()))
+        return outs
 
 
 def node_flops(cfg: dict, n_ctx: int, depth: int) -> float:
@@ -187,6 +212,8 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=3)
     ap.add_argument("--budget", type=int, default=1024)
     ap.add_argument("--round-max", type=int, default=128)
+    ap.add_argument("--roots-per-pass", type=int, default=1,
+                    help="roots built together in lockstep rounds (root slots; default 1)")
     args = ap.parse_args()
     import torch
 
@@ -211,20 +238,24 @@ def main() -> None:
     rss_a = rss_mb()
     model = torch_model(args.model)
     n_b, t_b, c_b, maxdiff = 0, 0.0, 0.0, 0.0
-    for it in range(args.trees):
+    G = args.roots_per_pass
+    for g in range(0, args.trees, G):
         peak = max(peak, matmul_peak())       # the best of several, the machine being shared
-        rkey = node_key(0, it, ())
-        ctx = roots.context(it, rkey)
-        first = len(rec.calls)
+        its = range(g, min(args.trees, g + G))
+        rkeys = [node_key(0, it, ()) for it in its]
+        ctxs = [roots.context(it, k) for it, k in zip(its, rkeys)]
+        rec.calls.clear()
         t0 = time.perf_counter()
-        tree = optimal_tree(rec, ctx, args.budget, rkey, round_max=args.round_max, t_start=t_next)
-        t_next = tree.t_end
+        trees = optimal_trees(rec, ctxs, args.budget, rkeys, round_max=args.round_max,
+                              t_start=t_next)
+        t_next = trees[-1].t_end
         t_tree += time.perf_counter() - t0
-        nodes += tree.evaluated
-        rounds += tree.rounds
-        # (b) right after (a) on the same tree: the two see the same load, tree by tree
-        n, t, c, diff = torch_replay(model, rec.calls[first:])
-        n_b, t_b, c_b, maxdiff = n_b + n, t_b + t, c_b + c, max(maxdiff, diff)
+        nodes += sum(t.evaluated for t in trees)
+        rounds += max(t.rounds for t in trees)
+        # (b) right after (a) on the same trees: the two see the same load, tree by tree
+        for calls in rec.calls.values():
+            n, t, c, diff = torch_replay(model, calls)
+            n_b, t_b, c_b, maxdiff = n_b + n, t_b + t, c_b + c, max(maxdiff, diff)
     peak = max(peak, matmul_peak())
     rate_a = nodes / rec.t_extend
     # the prefix of a 1,024-token root, cold and shared with the last root's
@@ -250,7 +281,7 @@ def main() -> None:
     rate_b = n_b / t_b
     out = {
         "model": args.model, "budget": args.budget, "trees": args.trees,
-        "round_max": args.round_max,
+        "round_max": args.round_max, "roots_per_pass": G,
         "numpy_nodes_evaluated": nodes, "rounds": rounds,
         "evaluated_per_tree_node": round(nodes / (args.trees * args.budget), 3),
         "tree_nodes_per_tree": args.budget,

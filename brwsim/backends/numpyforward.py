@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -151,6 +151,49 @@ def _cfg(cfg: dict, name: str, default: Any = None) -> Any:
     return v
 
 
+class _Root:
+    """One root's state: its context, the K/V cache of each layer (kv heads, rows,
+    head_dim) holding the context's rows then the tree's nodes in id order (node j at row
+    len(context) + j), each node's parent and depth, and the context's final normed
+    hidden states."""
+
+    def __init__(self, ev: "NumpyEvaluator") -> None:
+        dt = ev._dt
+        self.ctx = np.empty(0, np.int64)
+        self.last: np.ndarray | None = None
+        self.feat = np.empty((0, ev.d), dt)
+        self.k = [np.empty((ev.nkv, 0, ev.hd), dt) for _ in range(ev.nl)]
+        self.v = [np.empty((ev.nkv, 0, ev.hd), dt) for _ in range(ev.nl)]
+        self.parent = np.empty(0, np.int64)
+        self.depth = np.empty(0, np.int64)
+        self.m = 0
+
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` cache rows in every layer (rows kept, capacity doubled)."""
+        if self.k[0].shape[1] >= rows:
+            return
+        cap = max(rows, 2 * self.k[0].shape[1], 64)
+        for cache in (self.k, self.v):
+            for i, old in enumerate(cache):
+                new = np.empty((old.shape[0], cap, old.shape[2]), old.dtype)
+                new[:, :old.shape[1]] = old
+                cache[i] = new
+
+
+class _Segment(NamedTuple):
+    """Rows ``lo:hi`` of a batch, all of one root: written to its cache rows ``at`` ..;
+    attending to its cache rows below ``full`` and to the rows ``tree`` names (see
+    :meth:`NumpyEvaluator._layer`), with ``s`` the scores' scratch."""
+
+    root: _Root
+    lo: int
+    hi: int
+    at: int
+    full: int
+    tree: tuple
+    s: np.ndarray
+
+
 class NumpyEvaluator:
     """A GPT-2 or Llama checkpoint evaluated over tree batches with numpy.
 
@@ -190,17 +233,9 @@ class NumpyEvaluator:
         else:
             self._init_llama(config, weights, c)
         self.nodes = 0
-        self._ctx = np.empty(0, np.int64)
-        self._last = None
         self._scale = dt(1.0 / math.sqrt(self.hd))
-        self._feat = np.empty((0, self.d), dt)     # final normed hidden state per context position
-        # K/V cache of each layer, (kv heads, rows, head_dim): the context's rows, then the
-        # tree's nodes in id order (node j at row len(context) + j)
-        self._k = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
-        self._v = [np.empty((self.nkv, 0, self.hd), dt) for _ in range(self.nl)]
-        self._parent = np.empty(0, np.int64)
-        self._depth = np.empty(0, np.int64)
-        self._m = 0
+        self._roots = [_Root(self)]
+        self._r = self._roots[0]                   # the root start and extend act on
 
     @classmethod
     def from_folder(cls, folder: str, dtype: str = "float32") -> "NumpyEvaluator":
@@ -344,42 +379,67 @@ class NumpyEvaluator:
             out += L[11]
         return out
 
-    def _layer(self, x: np.ndarray, i: int, cs: tuple | None, at: int, full: int,
-               tree: tuple, s: np.ndarray) -> np.ndarray:
+    def _layer(self, x: np.ndarray, i: int, cs: tuple | None,
+               segments: list[_Segment]) -> np.ndarray:
         """Layer ``i`` over the rows ``x`` (n, d), which it updates in place and returns.
 
-        The rows' keys and values are written to cache rows ``at`` .. ``at + n - 1``. Row j
-        attends to every cache row below ``full`` and to the cache rows that ``tree``
-        names under its additive mask (0 or -inf): ``("union", rows, bias)``, the rows
-        ``rows`` (a slice or index array) for every row, ``bias`` (n grp, len(rows)); or
-        ``("own", idx, bias)``, row j's own rows ``idx[j]`` (n, w), ``bias`` (n, 1, w).
-        ``s`` is the scores' scratch, (nkv, n grp, full + len(rows) or w). Queries are
-        grouped by key/value head in token-major order (row j grp + g of kv head k is
-        query head k grp + g of token j).
+        Each segment's rows belong to one root: their keys and values are written to its
+        cache rows ``at`` .. ``at + hi - lo - 1``. Row j attends to every cache row of its
+        root below ``full`` and to the cache rows that ``tree`` names under its additive
+        mask (0 or -inf): ``("union", rows, bias)``, the rows ``rows`` (a slice or index
+        array) for every row, ``bias`` (n grp, len(rows)); or ``("own", idx, bias)``, row
+        j's own rows ``idx[j]`` (n, w), ``bias`` (n, 1, w). ``s`` is the scores' scratch,
+        (nkv, n grp, full + len(rows) or w). Queries are grouped by key/value head in
+        token-major order (row j grp + g of kv head k is query head k grp + g of token
+        j). The products with weights run once over all rows (every segment together);
+        attention runs per segment.
         """
         L = self._layers[i]
         n = x.shape[0]
         nh, nkv, hd = self.nh, self.nkv, self.hd
-        grp = nh // nkv
         qw, kvd = nh * hd, nkv * hd
-        K, V = self._k[i], self._v[i]
+        # attention input: norm, then q, k and v of every row in one product
         qkv = self._norm(x, L[0], L[1]) @ L[2]
         if L[3] is not None:
             qkv += L[3]
         if self._gpt2:
             q = qkv[:, :qw].reshape(n, nh, hd)
             k = qkv[:, qw:qw + kvd].reshape(n, nkv, hd)
-        else:
+        else:                                     # RoPE on queries and keys
             qk = self._rope(qkv[:, :qw + kvd].reshape(n, nh + nkv, hd), cs)
             q, k = qk[:, :nh], qk[:, nh:]
+        v = qkv[:, qw + kvd:].reshape(n, nkv, hd)
+        a = np.empty((n, qw), self._dt)
+        for seg in segments:
+            lo, hi = seg.lo, seg.hi
+            a[lo:hi] = self._attend(q[lo:hi], k[lo:hi], v[lo:hi], seg.root.k[i],
+                                    seg.root.v[i], seg)
+        # attention output projection and residual
+        y = a @ L[4]
+        if L[5] is not None:
+            y += L[5]
+        x += y
+        # feed-forward block and residual
+        x += self._mlp(self._norm(x, L[6], L[7]), L)
+        return x
+
+    def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, K: np.ndarray,
+                V: np.ndarray, seg: _Segment) -> np.ndarray:
+        """Attention of one segment's rows (queries ``q`` (n, heads, hd), keys and values
+        ``k``, ``v`` (n, kv heads, hd), written to the cache ``K``, ``V`` first) as (n,
+        heads hd): softmax of the scaled scores over the visible cache rows."""
+        n = q.shape[0]
+        nkv, hd = self.nkv, self.hd
+        grp = self.nh // nkv
+        at, full, s = seg.at, seg.full, seg.s
         K[:, at:at + n] = k.transpose(1, 0, 2)
-        V[:, at:at + n] = qkv[:, qw + kvd:].reshape(n, nkv, hd).transpose(1, 0, 2)
+        V[:, at:at + n] = v.transpose(1, 0, 2)
         qg = np.empty((nkv, n * grp, hd), self._dt)
         np.multiply(q.reshape(n, nkv, grp, hd).transpose(1, 0, 2, 3), self._scale,
                     out=qg.reshape(nkv, n, grp, hd))
         sf, st = s[:, :, :full], s[:, :, full:]
         np.matmul(qg, K[:, :full].transpose(0, 2, 1), out=sf)
-        kind, rows, bias = tree
+        kind, rows, bias = seg.tree
         if kind == "union":
             np.matmul(qg, K[:, rows].transpose(0, 2, 1), out=st)
             st += bias
@@ -396,13 +456,7 @@ class NumpyEvaluator:
         else:
             o.reshape(nkv, n, grp, hd)[...] += st @ V[:, rows]
         o /= tot
-        a = o.reshape(nkv, n, grp, hd).transpose(1, 0, 2, 3).reshape(n, qw)
-        y = a @ L[4]
-        if L[5] is not None:
-            y += L[5]
-        x += y
-        x += self._mlp(self._norm(x, L[6], L[7]), L)
-        return x
+        return o.reshape(nkv, n, grp, hd).transpose(1, 0, 2, 3).reshape(n, nkv * grp * hd)
 
     def _embed(self, tokens: np.ndarray, pos: np.ndarray) -> np.ndarray:
         x = self._emb[tokens]
@@ -421,21 +475,26 @@ class NumpyEvaluator:
         np.subtract(z, m.astype(np.float64) + lse, out=out)
         return out
 
-    def _reserve(self, rows: int) -> None:
-        """Room for ``rows`` cache rows in every layer (rows kept, capacity doubled)."""
-        if self._k[0].shape[1] >= rows:
-            return
-        cap = max(rows, 2 * self._k[0].shape[1], 64)
-        for cache in (self._k, self._v):
-            for i, old in enumerate(cache):
-                new = np.empty((old.shape[0], cap, old.shape[2]), old.dtype)
-                new[:, :old.shape[1]] = old
-                cache[i] = new
-
     # -- the interface --------------------------------------------------------------------
+    @property
+    def slot(self) -> int:
+        """The root slot that :meth:`start`, :meth:`extend` and :meth:`context_features`
+        act on (0 unless :meth:`use_slot` chose another)."""
+        return self._roots.index(self._r)
+
+    def use_slot(self, slot: int) -> None:
+        """Make root slot ``slot`` the current one (slots are created as needed, each with
+        its own context and K/V cache; the weights are shared). Several roots, each in
+        its own slot, can then extend their trees in one pass (:meth:`extend_slots`)."""
+        if slot < 0:
+            raise UserError(f"a root slot is a non-negative integer, got {slot}")
+        while len(self._roots) <= slot:
+            self._roots.append(_Root(self))
+        self._r = self._roots[slot]
+
     def start(self, context: np.ndarray) -> np.ndarray:
-        """Begin a root: the context's K/V (reusing the common prefix with the last
-        context's) and the log-probabilities after it; see
+        """Begin a root in the current slot: the context's K/V (reusing the common prefix
+        with the slot's last context) and the log-probabilities after it; see
         :meth:`brwsim.backends.base.TreeEvaluator.start`.
 
         The context runs in blocks of up to ``_CHUNK`` rows, each one pass per layer of
@@ -448,25 +507,26 @@ class NumpyEvaluator:
         if ctx.size >= self.max_positions:
             raise UserError(f"a context of {ctx.size} tokens leaves no position for a tree "
                             f"(the model has {self.max_positions})")
-        old = self._ctx
+        r = self._r
+        old = r.ctx
         common = 0
         lim = min(old.size, ctx.size)
         if lim:
             diff = np.flatnonzero(old[:lim] != ctx[:lim])
             common = int(diff[0]) if diff.size else lim
-        self._m = 0
-        self._parent = np.empty(0, np.int64)
-        self._depth = np.empty(0, np.int64)
-        if common == ctx.size and old.size == ctx.size and self._last is not None:
-            return self._last.copy()
+        r.m = 0
+        r.parent = np.empty(0, np.int64)
+        r.depth = np.empty(0, np.int64)
+        if common == ctx.size and old.size == ctx.size and r.last is not None:
+            return r.last.copy()
         common = min(common, ctx.size - 1)
         nctx = ctx.size
-        self._ctx = np.empty(0, np.int64)          # (a failed start leaves no stale root)
-        self._reserve(nctx + 64)
-        if self._feat.shape[0] < nctx:
+        r.ctx = np.empty(0, np.int64)          # (a failed start leaves no stale root)
+        r.reserve(nctx + 64)
+        if r.feat.shape[0] < nctx:
             grown = np.empty((nctx, self.d), self._dt)
-            grown[:common] = self._feat[:common]
-            self._feat = grown
+            grown[:common] = r.feat[:common]
+            r.feat = grown
         grp = self.nh // self.nkv
         block = min(_CHUNK, max(64, _SCORES // (self.nh * nctx)))
         h = None
@@ -475,16 +535,17 @@ class NumpyEvaluator:
             n = b - a
             pos = np.arange(a, b)
             causal = np.repeat(np.triu(np.full((n, n), -np.inf, self._dt), 1), grp, axis=0)
-            s = np.empty((self.nkv, grp * n, b), self._dt)
+            seg = _Segment(r, 0, n, a, a, ("union", slice(a, b), causal),
+                           np.empty((self.nkv, grp * n, b), self._dt))
             cs = self._angles(pos)
             x = self._embed(ctx[a:b], pos)
             for i in range(self.nl):
-                x = self._layer(x, i, cs, a, a, ("union", slice(a, b), causal), s)
+                x = self._layer(x, i, cs, [seg])
             h = self._norm(x, *self._nf)
-            self._feat[a:b] = h
-        self._last = self._logprobs(h[-1:])[0]
-        self._ctx = ctx.copy()
-        return self._last.copy()
+            r.feat[a:b] = h
+        r.last = self._logprobs(h[-1:])[0]
+        r.ctx = ctx.copy()
+        return r.last.copy()
 
     def context_features(self, context: np.ndarray) -> np.ndarray:
         """The model's final normed hidden states at every position of ``context`` (what
@@ -492,7 +553,7 @@ class NumpyEvaluator:
         as :meth:`start` does (a new root)."""
         ctx = np.asarray(context, np.int64).ravel()
         self.start(ctx)
-        return self._feat[:ctx.size].copy()
+        return self._r.feat[:ctx.size].copy()
 
     def embedding(self) -> np.ndarray:
         """The input embedding, (vocab_size, hidden size)."""
@@ -503,19 +564,64 @@ class NumpyEvaluator:
         return self._head.T
 
     def extend(self, parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Evaluate a batch of tree nodes; see :meth:`brwsim.backends.base.TreeEvaluator.extend`.
+        """Evaluate a batch of tree nodes of the current slot's root; see
+        :meth:`brwsim.backends.base.TreeEvaluator.extend`.
 
         The batch runs as one pass per layer of whole-batch products; its attention reads
         the context's cached K/V and, under the tree mask, the K/V of the union of the
         batch's ancestors (and the batch itself).
         """
+        return self.extend_slots([(self.slot, parents, tokens)])[0]
+
+    def extend_slots(self, batches: Sequence[tuple[int, np.ndarray, np.ndarray]]
+                     ) -> list[np.ndarray]:
+        """Evaluate tree nodes of several roots in one pass: ``(slot, parents, tokens)``
+        per root (distinct started slots), as :meth:`extend` would for each in turn.
+
+        Every product with the weights runs once over all the batches' rows (the weights
+        are read once for all of them); attention runs per root. Returns each batch's
+        float64 log-probabilities, (len(tokens), vocab).
+        """
+        slots = [int(b[0]) for b in batches]
+        if not batches or len(set(slots)) != len(slots):
+            raise UserError("extend_slots needs batches of distinct root slots")
+        plans = [self._plan(b[0], b[1], b[2]) for b in batches]   # all checked first
+        segs, toks, poss, lo = [], [], [], 0
+        for (r, par, tok, depth, pos, tree, width), slot in zip(plans, slots):
+            n = tok.size
+            nctx = r.ctx.size
+            r.parent = np.concatenate([r.parent, par])
+            r.depth = np.concatenate([r.depth, depth])
+            r.reserve(nctx + r.m + n)
+            s = np.empty((self.nkv, self.nh // self.nkv * n, nctx + width), self._dt)
+            segs.append(_Segment(r, lo, lo + n, nctx + r.m, nctx, tree, s))
+            toks.append(tok)
+            poss.append(pos)
+            lo += n
+        pos = np.concatenate(poss)
+        cs = self._angles(pos)
+        x = self._embed(np.concatenate(toks), pos)
+        for i in range(self.nl):
+            x = self._layer(x, i, cs, segs)
+        for seg in segs:
+            seg.root.m += seg.hi - seg.lo
+        self.nodes += lo
+        out = self._logprobs(self._norm(x, *self._nf))
+        return [out[seg.lo:seg.hi] for seg in segs]
+
+    def _plan(self, slot: int, parents: np.ndarray, tokens: np.ndarray) -> tuple:
+        """One root's batch checked, with its depths, positions and tree attention (the
+        root's state is not touched)."""
+        if not 0 <= int(slot) < len(self._roots):
+            raise UserError(f"root slot {slot} was never used")
+        r = self._roots[int(slot)]
         par = np.asarray(parents, np.int64).ravel()
         tok = np.asarray(tokens, np.int64).ravel()
         n = tok.size
-        m0 = self._m
+        m0 = r.m
         if par.size != n or n == 0:
             raise UserError("parents and tokens must be non-empty and of one length")
-        if self._ctx.size == 0:
+        if r.ctx.size == 0:
             raise UserError("extend before start: begin a root first")
         if tok.min() < 0 or tok.max() >= self.vocab_size:
             raise UserError(f"tokens must be ids in 0..{self.vocab_size - 1}")
@@ -525,42 +631,28 @@ class NumpyEvaluator:
         depth = np.empty(n, np.int64)
         for j in range(n):                     # parents may lie in this batch
             p = par[j]
-            depth[j] = 1 if p < 0 else (self._depth[p] if p < m0 else depth[p - m0]) + 1
-        nctx = self._ctx.size
+            depth[j] = 1 if p < 0 else (r.depth[p] if p < m0 else depth[p - m0]) + 1
+        nctx = r.ctx.size
         pos = nctx + depth - 1
         if pos.max() >= self.max_positions:
             raise UserError(f"the tree reaches position {int(pos.max())}, beyond the model's "
                             f"{self.max_positions}")
-        self._parent = np.concatenate([self._parent, par])
-        self._depth = np.concatenate([self._depth, depth])
         # the union of the batch's ancestors (and the batch), and each row's own ones
-        anc = ancestor_mask(self._parent, ids, m0 + n)
+        anc = ancestor_mask(np.concatenate([r.parent, par]), ids, m0 + n)
         cols = np.flatnonzero(anc.any(axis=0))
         grp = self.nh // self.nkv
-        r, c = np.nonzero(anc)                    # each row's visible nodes, row by row
-        counts = np.bincount(r, minlength=n)
+        rr, c = np.nonzero(anc)                    # each row's visible nodes, row by row
+        counts = np.bincount(rr, minlength=n)
         w = int(counts.max())
         zero, hidden = self._dt(0), self._dt(-np.inf)
         if cols.size <= _OWN_RATIO * w:
             # one key block for the batch: the union of its rows' ancestors, masked
             mask = np.repeat(np.where(anc[:, cols], zero, hidden), grp, axis=0)
-            tree = ("union", nctx + cols, mask)
-            width = cols.size
-        else:
-            # each row its own keys, padded to the longest path (with the row's own node)
-            idx = np.repeat(nctx + ids[:, None], w, axis=1)
-            at = np.arange(r.size) - np.repeat(np.cumsum(counts) - counts, counts)
-            idx[r, at] = nctx + c
-            bias = np.full((n, 1, w), hidden, self._dt)
-            bias[r, 0, at] = zero
-            tree = ("own", idx, bias)
-            width = w
-        self._reserve(nctx + m0 + n)
-        s = np.empty((self.nkv, grp * n, nctx + width), self._dt)
-        cs = self._angles(pos)
-        x = self._embed(tok, pos)
-        for i in range(self.nl):
-            x = self._layer(x, i, cs, nctx + m0, nctx, tree, s)
-        self._m = m0 + n
-        self.nodes += n
-        return self._logprobs(self._norm(x, *self._nf))
+            return r, par, tok, depth, pos, ("union", nctx + cols, mask), cols.size
+        # each row its own keys, padded to the longest path (with the row's own node)
+        idx = np.repeat(nctx + ids[:, None], w, axis=1)
+        at = np.arange(rr.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        idx[rr, at] = nctx + c
+        bias = np.full((n, 1, w), hidden, self._dt)
+        bias[rr, 0, at] = zero
+        return r, par, tok, depth, pos, ("own", idx, bias), w

@@ -32,7 +32,8 @@ from brwsim.backends.base import TreeEvaluator
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.select import TIE_REL
 
-__all__ = ["RoundsTree", "RootResult", "optimal_tree", "sampled_rank", "score_budgets", "tempered"]
+__all__ = ["RoundsTree", "RootResult", "optimal_tree", "optimal_trees", "sampled_rank",
+           "score_budgets", "tempered"]
 
 #: Largest number of nodes one round evaluates.
 ROUND_MAX = 128
@@ -167,11 +168,69 @@ def optimal_tree(ev: TreeEvaluator, context: np.ndarray, p_max: int, root_key: i
     -------
     RoundsTree
     """
+    build = _rounds(tempered(ev.start(context)[None, :], beta)[0], p_max, root_key, beta,
+                    round_max, t_start, round_min)
+    lp = None
+    while True:
+        try:
+            batch = build.send(lp)
+        except StopIteration as done:
+            return done.value
+        lp = ev.extend(*batch)
+
+
+def optimal_trees(ev: TreeEvaluator, contexts: list[np.ndarray], p_max: int,
+                  root_keys: list[int], beta: float = 1.0, round_max: int = ROUND_MAX,
+                  t_start: float | None = None, round_min: int = ROUND_MIN
+                  ) -> list[RoundsTree]:
+    """:func:`optimal_tree` of several roots, in lockstep where the evaluator can.
+
+    An evaluator with root slots (``use_slot`` and ``extend_slots``, as
+    :class:`~brwsim.backends.numpyforward.NumpyEvaluator`) starts root j in slot j and
+    evaluates every unfinished root's round in one call, so each product with the
+    weights serves all their nodes; any other evaluator builds the trees one after the
+    other. Each tree is the one :func:`optimal_tree` builds (the rounds set the work
+    only); on return slot 0 is the current one.
+    """
+    if len(contexts) != len(root_keys):
+        raise ValueError("one root key per context")
+    if len(contexts) < 2 or not hasattr(ev, "extend_slots"):
+        return [optimal_tree(ev, c, p_max, k, beta, round_max, t_start, round_min)
+                for c, k in zip(contexts, root_keys)]
+    builds, batches = {}, {}
+    try:
+        for j, (c, k) in enumerate(zip(contexts, root_keys)):
+            ev.use_slot(j)
+            builds[j] = _rounds(tempered(ev.start(c)[None, :], beta)[0], p_max, k, beta,
+                                round_max, t_start, round_min)
+        out: dict[int, RoundsTree] = {}
+        for j, b in builds.items():
+            try:
+                batches[j] = next(b)
+            except StopIteration as done:
+                out[j] = done.value
+        while batches:
+            lps = ev.extend_slots([(j, *b) for j, b in batches.items()])
+            for (j, _), lp in zip(list(batches.items()), lps):
+                try:
+                    batches[j] = builds[j].send(lp)
+                except StopIteration as done:
+                    out[j] = done.value
+                    del batches[j]
+    finally:
+        ev.use_slot(0)
+    return [out[j] for j in range(len(contexts))]
+
+
+def _rounds(lp0: np.ndarray, p_max: int, root_key: int, beta: float, round_max: int,
+            t_start: float | None, round_min: int):
+    """The rounds of :func:`optimal_tree` below a root of (tempered) log-probabilities
+    ``lp0``: a generator that yields each round's ``(parents, tokens)``, is sent their
+    raw log-probabilities and returns the :class:`RoundsTree`."""
     margin = 8.0 * TIE_REL
     raise_by = 0.5
     t_est = (float(t_start) if t_start is not None and math.isfinite(t_start)
              else 0.5 * math.log(max(p_max, 1)) + 1.0)
-    lp0 = tempered(ev.start(context)[None, :], beta)[0]
     rkey = np.uint64(root_key)
     nodes: list[_Node] = []
     root = _Node(0.0, 0, (), rkey, -1)
@@ -242,7 +301,7 @@ def optimal_tree(ev: TreeEvaluator, context: np.ndarray, p_max: int, root_key: i
             pending_par.append(par)
         if not batch:
             break
-        lp = ev.extend(np.array(pending_par, np.int64), np.array(pending_tok, np.int64))
+        lp = yield np.array(pending_par, np.int64), np.array(pending_tok, np.int64)
         rounds += 1
         pending_tok.clear()
         pending_par.clear()

@@ -38,7 +38,7 @@ from brwsim.kernels.rng import root_key
 from brwsim.kernels.transformer import head_width, transformer_logits
 from brwsim.backends.numpyforward import NumpyEvaluator
 from brwsim.backends.contexts import AnswerRoots
-from brwsim.backends.rounds import RootResult, optimal_tree, score_budgets
+from brwsim.backends.rounds import RootResult, RoundsTree, optimal_trees, score_budgets
 from brwsim.drafters.shapes import greedy_chain
 
 __all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "make_evaluator",
@@ -47,6 +47,10 @@ __all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "make
 #: The byte-level GPT-2 pair trained here and shipped as package data
 #: (``brwsim/data/transformers``, trained by ``experiments/train_transformers.py``).
 SHIPPED = ("target", "draft")
+#: Roots whose optimal trees a batched run builds together, in lockstep rounds (each
+#: round one pass over all their nodes where the backend has root slots): the weights are
+#: read once per round for all of them, at the cost of each root's K/V cache held at once.
+ROOTS_PER_PASS = 4
 
 
 def shipped_checkpoint(path: str) -> str:
@@ -523,15 +527,37 @@ class Transformer(RootSampled, Family):
         if self.temperature == 0:       # the argmax chain: X = E[X | T_P] = depth = P
             col = np.asarray(budgets)[:, None].repeat(count, 1)
             return col.astype(np.int32), col.astype(np.float64), col.astype(np.int32)
+        budgets = np.asarray(budgets, np.int64)
         acc = np.empty((budgets.size, count), np.int32)
         exp = np.empty((budgets.size, count))
         dep = np.empty((budgets.size, count), np.int32)
-        for j in range(count):
-            it = first + j
-            res = self.optimal_at(self.root_context(key, it), int(root_key(np.uint64(key), np.uint64(it))),
-                                  budgets)
-            acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
+        for g in range(0, count, ROOTS_PER_PASS):
+            its = range(first + g, first + min(count, g + ROOTS_PER_PASS))
+            contexts = [self.root_context(key, it) for it in its]
+            rkeys = [int(root_key(np.uint64(key), np.uint64(it))) for it in its]
+            for j, tree in enumerate(self._optimal_trees(contexts, rkeys, int(budgets[-1])),
+                                     start=g):
+                res = self._scored(tree, budgets)
+                acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
         return acc, exp, dep
+
+    def _optimal_trees(self, contexts: list, rkeys: list, p_max: int) -> list[RoundsTree]:
+        """T_{p_max} of each root, built in lockstep rounds (one pass per round for all)."""
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        # (the last roots' T_P threshold sets the next ones' rounds: the work, not the tree)
+        trees = optimal_trees(self.evaluator(), contexts, p_max, rkeys, self.beta,
+                              t_start=memo.get("t_next"))
+        memo["t_next"] = trees[-1].t_end
+        return trees
+
+    @staticmethod
+    def _scored(tree: RoundsTree, budgets: np.ndarray) -> RootResult:
+        if tree.pos.size < int(budgets[-1]):
+            raise UserError(f"fewer than P = {int(budgets[-1])} nodes of positive path "
+                            "probability exist below a root")
+        on = np.flatnonzero(tree.onpath)
+        on = on[np.argsort(tree.depth[on], kind="stable")]
+        return RootResult(*score_budgets(tree, budgets), tree.tokens[on], tree.ranks[on])
 
     def optimal_at(self, context: np.ndarray, rkey: int, budgets: np.ndarray) -> RootResult:
         """The optimal trees of every budget below a root of context ``context`` and key
@@ -543,16 +569,7 @@ class Transformer(RootSampled, Family):
             chain = greedy_chain(ev, ev.start(context), p_max).tokens
             return RootResult(budgets.astype(np.int32), budgets.astype(np.float64),
                               budgets.astype(np.int32), chain, np.zeros(chain.size, np.int64))
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
-        # (the last root's T_P threshold sets the next one's rounds: the work, not the tree)
-        tree = optimal_tree(ev, context, p_max, rkey, self.beta, t_start=memo.get("t_next"))
-        memo["t_next"] = tree.t_end
-        if tree.pos.size < p_max:
-            raise UserError(f"fewer than P = {p_max} nodes of positive path probability exist "
-                            "below a root")
-        on = np.flatnonzero(tree.onpath)
-        on = on[np.argsort(tree.depth[on], kind="stable")]
-        return RootResult(*score_budgets(tree, budgets), tree.tokens[on], tree.ranks[on])
+        return self._scored(self._optimal_trees([context], [rkey], p_max)[0], budgets)
 
     # -- text <-> tokens ---------------------------------------------------------------
     def encode(self, text: str) -> np.ndarray:

@@ -18,7 +18,7 @@ from brwsim.backends.base import TreeEvaluator
 from brwsim.backends.contexts import AnswerRoots
 from brwsim.backends import numpyforward
 from brwsim.backends.numpyforward import NumpyEvaluator
-from brwsim.backends.rounds import optimal_tree, score_budgets
+from brwsim.backends.rounds import optimal_tree, optimal_trees, score_budgets
 from brwsim.families.transformer import shipped_checkpoint
 from brwsim.keys import node_key, seed_key
 from brwsim.kernels.rng import PATH, purpose_key, unit
@@ -76,6 +76,63 @@ def test_extend_equals_recomputing_the_prefix(ckpts, arch, form, monkeypatch):
     assert np.abs(ev.start(longer) - _ref_lp(folder, longer)).max() < 1e-12
     single = ev.extend(np.array([-1]), np.array([5]))[0]
     assert np.abs(single - _ref_lp(folder, np.concatenate([longer, [5]]))).max() < 1e-12
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_root_slots_extend_together(ckpts, arch, monkeypatch):
+    """Three roots in three slots, their batches in one extend_slots call (one of them in
+    each row's own-path form, one after a start that reused a prefix) = each node's
+    prefix recomputed from scratch, to 1e-12 in float64; the slots keep their roots."""
+    folder = ckpts[arch]
+    ev = NumpyEvaluator.from_folder(str(folder), "float64")
+    rng = np.random.default_rng(8)
+    ctxs = [rng.integers(0, 256, n) for n in (9, 30, 17)]
+    trees = [(np.array([-1, 0, 0, 1]), rng.integers(0, 256, 4)),
+             (np.array([-1]), rng.integers(0, 256, 1)),
+             (np.array([-1, -1, 1, 2, 3, 4, 5]), rng.integers(0, 256, 7))]
+    for j, c in enumerate(ctxs):
+        ev.use_slot(j)
+        if j == 2:
+            ev.start(ctxs[2][:10])
+        assert np.abs(ev.start(c) - _ref_lp(folder, c)).max() < 1e-12
+    assert ev.slot == 2
+    monkeypatch.setattr(numpyforward, "_OWN_RATIO", 1)       # the deep tree: own paths
+    first = ev.extend_slots([(j, p[:2], t[:2]) for j, (p, t) in enumerate(trees)])
+    rest = ev.extend_slots([(j, p[2:], t[2:]) for j, (p, t) in enumerate(trees) if p.size > 2])
+    outs = [np.vstack([first[0], rest[0]]), first[1], np.vstack([first[2], rest[1]])]
+    for c, (parents, toks), out in zip(ctxs, trees, outs):
+        for i in range(toks.size):
+            path, j = [], i
+            while j >= 0:
+                path.append(toks[j])
+                j = parents[j]
+            want = _ref_lp(folder, np.concatenate([c, path[::-1]]))
+            assert np.abs(out[i] - want).max() < 1e-12, i
+    with pytest.raises(UserError, match="distinct"):
+        ev.extend_slots([(0, [-1], [1]), (0, [-1], [2])])
+    with pytest.raises(UserError, match="never used"):
+        ev.extend_slots([(5, [-1], [1])])
+    with pytest.raises(UserError, match="parent"):       # checked before any slot changes
+        ev.extend_slots([(0, [-1], [1]), (1, [9], [2])])
+    ev.use_slot(0)
+    assert np.abs(ev.extend(np.array([-1]), np.array([3]))[0] - _ref_lp(
+        folder, np.concatenate([ctxs[0], [3]]))).max() < 1e-12
+
+
+def test_lockstep_trees_equal_one_at_a_time(ckpts):
+    """optimal_trees of four roots in lockstep rounds = optimal_tree of each alone
+    (identical trees, positions to float64 rounding), and slot 0 is current after."""
+    ev = NumpyEvaluator.from_folder(str(ckpts["llama"]), "float64")
+    rng = np.random.default_rng(2)
+    ctxs = [rng.integers(0, 256, n) for n in (5, 12, 20, 3)]
+    keys = [node_key(9, i, ()) for i in range(4)]
+    together = optimal_trees(ev, ctxs, 40, keys, beta=0.8)
+    assert ev.slot == 0
+    for c, k, a in zip(ctxs, keys, together):
+        b = optimal_tree(ev, c, 40, k, beta=0.8)
+        for f in ("depth", "onpath", "tokens", "ranks", "parents"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        np.testing.assert_allclose(a.pos, b.pos, rtol=1e-13)
 
 
 def test_float32_within_float32_rounding(ckpts):
