@@ -13,6 +13,13 @@ is one (n, d) x (d, V) product per batch. Attention of a batch reads the root's 
 ``start`` for the longest common prefix of the two contexts) and the K/V of the tree's
 nodes, gathered over the union of the batch's ancestors, under the tree mask (a node
 sees its own ancestors and itself only).
+
+Root slots: the evaluator holds any number of roots at once, each with its own context
+and K/V cache (:meth:`~NumpyEvaluator.use_slot` picks the one ``start`` and ``extend``
+act on). :meth:`~NumpyEvaluator.extend_slots` evaluates batches of several roots in one
+pass: every product with the weights runs over all their rows (the weights are read from
+memory once for all of them, which is what a round of a few dozen nodes is bound by),
+attention per root.
 """
 
 from __future__ import annotations

@@ -181,45 +181,62 @@ def optimal_tree(ev: TreeEvaluator, context: np.ndarray, p_max: int, root_key: i
 
 def optimal_trees(ev: TreeEvaluator, contexts: list[np.ndarray], p_max: int,
                   root_keys: list[int], beta: float = 1.0, round_max: int = ROUND_MAX,
-                  t_start: float | None = None, round_min: int = ROUND_MIN
-                  ) -> list[RoundsTree]:
-    """:func:`optimal_tree` of several roots, in lockstep where the evaluator can.
+                  t_start: float | None = None, round_min: int = ROUND_MIN,
+                  slots: int = 1) -> list[RoundsTree]:
+    """:func:`optimal_tree` of several roots, ``slots`` of them at a time where the
+    evaluator can.
 
     An evaluator with root slots (``use_slot`` and ``extend_slots``, as
-    :class:`~brwsim.backends.numpyforward.NumpyEvaluator`) starts root j in slot j and
-    evaluates every unfinished root's round in one call, so each product with the
-    weights serves all their nodes; any other evaluator builds the trees one after the
-    other. Each tree is the one :func:`optimal_tree` builds (the rounds set the work
-    only); on return slot 0 is the current one.
+    :class:`~brwsim.backends.numpyforward.NumpyEvaluator`) keeps up to ``slots`` roots in
+    flight: each pass evaluates every active root's round in one call (each product with
+    the weights serves all their nodes), and a root that finishes hands its slot to the
+    next one at once, so passes stay full. Otherwise (or with ``slots`` = 1) the trees
+    are built one after the other. Each tree is the one :func:`optimal_tree` builds (the
+    rounds set the work only); each root's first guess ``t_start`` is the last finished
+    tree's ``t_end``. On return slot 0 is the current one.
     """
     if len(contexts) != len(root_keys):
         raise ValueError("one root key per context")
-    if len(contexts) < 2 or not hasattr(ev, "extend_slots"):
-        return [optimal_tree(ev, c, p_max, k, beta, round_max, t_start, round_min)
-                for c, k in zip(contexts, root_keys)]
-    builds, batches = {}, {}
-    try:
-        for j, (c, k) in enumerate(zip(contexts, root_keys)):
-            ev.use_slot(j)
-            builds[j] = _rounds(tempered(ev.start(c)[None, :], beta)[0], p_max, k, beta,
-                                round_max, t_start, round_min)
-        out: dict[int, RoundsTree] = {}
-        for j, b in builds.items():
+    n = len(contexts)
+    out: list[RoundsTree | None] = [None] * n
+    guess = [t_start]
+    if slots < 2 or n < 2 or not hasattr(ev, "extend_slots"):
+        for i in range(n):
+            out[i] = optimal_tree(ev, contexts[i], p_max, root_keys[i], beta, round_max,
+                                  guess[0], round_min)
+            guess[0] = out[i].t_end
+        return out
+    waiting = iter(range(n))
+    active: dict[int, tuple] = {}          # slot -> (root, its rounds, its pending batch)
+
+    def begin(slot: int) -> None:
+        """The next waiting root that needs a round, into ``slot``."""
+        for i in waiting:
+            ev.use_slot(slot)
+            build = _rounds(tempered(ev.start(contexts[i])[None, :], beta)[0], p_max,
+                            root_keys[i], beta, round_max, guess[0], round_min)
             try:
-                batches[j] = next(b)
+                active[slot] = (i, build, build.send(None))
+                return
             except StopIteration as done:
-                out[j] = done.value
-        while batches:
-            lps = ev.extend_slots([(j, *b) for j, b in batches.items()])
-            for (j, _), lp in zip(list(batches.items()), lps):
+                out[i] = done.value
+    try:
+        for slot in range(min(slots, n)):
+            begin(slot)
+        while active:
+            flight = list(active.items())
+            lps = ev.extend_slots([(slot, *batch) for slot, (_, _, batch) in flight])
+            for (slot, (i, build, _)), lp in zip(flight, lps):
                 try:
-                    batches[j] = builds[j].send(lp)
+                    active[slot] = (i, build, build.send(lp))
                 except StopIteration as done:
-                    out[j] = done.value
-                    del batches[j]
+                    out[i] = done.value
+                    guess[0] = done.value.t_end
+                    del active[slot]
+                    begin(slot)
     finally:
         ev.use_slot(0)
-    return [out[j] for j in range(len(contexts))]
+    return out
 
 
 def _rounds(lp0: np.ndarray, p_max: int, root_key: int, beta: float, round_max: int,

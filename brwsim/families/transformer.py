@@ -47,9 +47,10 @@ __all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "make
 #: The byte-level GPT-2 pair trained here and shipped as package data
 #: (``brwsim/data/transformers``, trained by ``experiments/train_transformers.py``).
 SHIPPED = ("target", "draft")
-#: Roots whose optimal trees a batched run builds together, in lockstep rounds (each
-#: round one pass over all their nodes where the backend has root slots): the weights are
-#: read once per round for all of them, at the cost of each root's K/V cache held at once.
+#: Roots whose optimal trees a batched run keeps in flight together (each pass evaluates
+#: all their rounds' nodes where the backend has root slots; a finished root's slot goes
+#: to the next at once): the weights are read once per pass for all of them, at the cost
+#: of each root's K/V cache held at once.
 ROOTS_PER_PASS = 4
 
 
@@ -531,22 +532,20 @@ class Transformer(RootSampled, Family):
         acc = np.empty((budgets.size, count), np.int32)
         exp = np.empty((budgets.size, count))
         dep = np.empty((budgets.size, count), np.int32)
-        for g in range(0, count, ROOTS_PER_PASS):
-            its = range(first + g, first + min(count, g + ROOTS_PER_PASS))
-            contexts = [self.root_context(key, it) for it in its]
-            rkeys = [int(root_key(np.uint64(key), np.uint64(it))) for it in its]
-            for j, tree in enumerate(self._optimal_trees(contexts, rkeys, int(budgets[-1])),
-                                     start=g):
-                res = self._scored(tree, budgets)
-                acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
+        its = range(first, first + count)
+        contexts = [self.root_context(key, it) for it in its]     # (answers first: slot 0)
+        rkeys = [int(root_key(np.uint64(key), np.uint64(it))) for it in its]
+        for j, tree in enumerate(self._optimal_trees(contexts, rkeys, int(budgets[-1]))):
+            res = self._scored(tree, budgets)
+            acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
         return acc, exp, dep
 
     def _optimal_trees(self, contexts: list, rkeys: list, p_max: int) -> list[RoundsTree]:
-        """T_{p_max} of each root, built in lockstep rounds (one pass per round for all)."""
+        """T_{p_max} of each root, ``ROOTS_PER_PASS`` of them in flight at a time."""
         memo = self.__dict__.setdefault("_brwsim_memo", {})
-        # (the last roots' T_P threshold sets the next ones' rounds: the work, not the tree)
+        # (the last root's T_P threshold sets the next ones' rounds: the work, not the tree)
         trees = optimal_trees(self.evaluator(), contexts, p_max, rkeys, self.beta,
-                              t_start=memo.get("t_next"))
+                              t_start=memo.get("t_next"), slots=ROOTS_PER_PASS)
         memo["t_next"] = trees[-1].t_end
         return trees
 

@@ -120,13 +120,14 @@ def test_root_slots_extend_together(ckpts, arch, monkeypatch):
 
 
 def test_lockstep_trees_equal_one_at_a_time(ckpts):
-    """optimal_trees of four roots in lockstep rounds = optimal_tree of each alone
-    (identical trees, positions to float64 rounding), and slot 0 is current after."""
+    """optimal_trees of four roots, three in flight at a time (the first to finish hands
+    its slot to the fourth) = optimal_tree of each alone (identical trees, positions to
+    float64 rounding), and slot 0 is current after."""
     ev = NumpyEvaluator.from_folder(str(ckpts["llama"]), "float64")
     rng = np.random.default_rng(2)
     ctxs = [rng.integers(0, 256, n) for n in (5, 12, 20, 3)]
     keys = [node_key(9, i, ()) for i in range(4)]
-    together = optimal_trees(ev, ctxs, 40, keys, beta=0.8)
+    together = optimal_trees(ev, ctxs, 40, keys, beta=0.8, slots=3)   # a slot is reused
     assert ev.slot == 0
     for c, k, a in zip(ctxs, keys, together):
         b = optimal_tree(ev, c, 40, k, beta=0.8)
