@@ -30,7 +30,9 @@ Each (prompt set, temperature, root) is saved as it completes, as one ``.npz`` i
 folder keyed by the run's model, seed, largest budget and roots per prompt
 (``<parts>/<model>-s<seed>-p<pmax>-pp<per_prompt>/``, ``<parts>`` by default ``--out`` with
 the suffix ``.parts``: ``data/real_gap.parts``), so an interrupted run
-resumes where it stopped and runs with different ``--sets``/``--temps`` fill one folder.
+resumes where it stopped and runs with different ``--sets``/``--temps`` fill one folder;
+two runs of the same set share the work when one has ``--reverse`` (each skips the roots
+the other has saved).
 Roots run a prompt's block at a time across every set and temperature (the block of
 roots 0..3 of each, then 4..7, ...), so a run stopped early leaves every (set,
 temperature) with nearly the same number of roots. The merge
@@ -231,8 +233,9 @@ def encode_prompt(meta, tok, conversation) -> list[int]:
 def run(a, budgets: np.ndarray, roots: int, folder: Path) -> None:
     """Run every missing (set, temperature, root) shard, root-major."""
     pp = a.per_prompt                     # a prompt's roots run together: they share its prefix
-    todo = [(r, s, t) for b in range(0, roots, pp) for s in a.sets for t in a.temps
-            for r in range(b, min(b + pp, roots))
+    blocks = range(0, roots, pp)
+    todo = [(r, s, t) for b in (reversed(blocks) if a.reverse else blocks)
+            for s in a.sets for t in a.temps for r in range(b, min(b + pp, roots))
             if not (folder / shard_name(s, t, r)).is_file()]
     print(f"{len(todo)} of {roots * len(a.sets) * len(a.temps)} rows to run in {folder}",
           flush=True)
@@ -262,6 +265,8 @@ def run(a, budgets: np.ndarray, roots: int, folder: Path) -> None:
                                         k_max=K_MAX, per_prompt=a.per_prompt, eos=eos,
                                         beta=1e9 if t == 0 else 1.0 / t)  # T = 0: greedy
     for n, (r, s, t) in enumerate(todo):
+        if (folder / shard_name(s, t, r)).is_file():
+            continue                      # another run on this folder made it meanwhile
         t1 = time.time()
         ctx = answers[s, t].context(r, r)
         extra = ({"target_chain": target_chain_drafter(target, t)}
@@ -390,6 +395,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (gemma3)")
     ap.add_argument("--parts", default=None,
                     help="shard folder (default: --out with the suffix .parts)")
+    ap.add_argument("--reverse", action="store_true",
+                    help="run the prompts' blocks last first (a second run on the same "
+                         "shard folder then meets the first in the middle)")
     ap.add_argument("--merge-only", action="store_true",
                     help="only merge the completed shards into --out")
     ap.add_argument("--out", default=str(DATA / "real_gap.nc"))
