@@ -33,7 +33,7 @@ from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.select import TIE_REL
 
 __all__ = ["RoundsTree", "RootResult", "optimal_tree", "optimal_trees", "sampled_rank",
-           "score_budgets", "tempered"]
+           "score_budgets", "stacked", "tempered"]
 
 #: Largest number of nodes one round evaluates.
 ROUND_MAX = 128
@@ -359,6 +359,14 @@ class RootResult(NamedTuple):
     depth: np.ndarray
     path_tokens: np.ndarray
     path_ranks: np.ndarray
+
+
+def stacked(results: list[RootResult]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """X_P, E[X | T_P] and depth of several roots as columns: int32, float64, int32 arrays
+    of shape (len(budgets), len(results))."""
+    return (np.array([r.accepted for r in results], np.int32).T.reshape(-1, len(results)),
+            np.array([r.expected for r in results], np.float64).T.reshape(-1, len(results)),
+            np.array([r.depth for r in results], np.int32).T.reshape(-1, len(results)))
 
 
 def score_budgets(tree: RoundsTree, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

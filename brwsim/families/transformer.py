@@ -38,7 +38,8 @@ from brwsim.kernels.rng import root_key
 from brwsim.kernels.transformer import head_width, transformer_logits
 from brwsim.backends.numpyforward import NumpyEvaluator
 from brwsim.backends.contexts import AnswerRoots
-from brwsim.backends.rounds import RootResult, RoundsTree, optimal_trees, score_budgets
+from brwsim.backends.rounds import (RootResult, RoundsTree, optimal_trees, score_budgets,
+                                    stacked)
 from brwsim.drafters.shapes import greedy_chain
 
 __all__ = ["Transformer", "BYTE_SPECIALS", "SHIPPED", "checkpoint_sha256", "make_evaluator",
@@ -529,16 +530,16 @@ class Transformer(RootSampled, Family):
             col = np.asarray(budgets)[:, None].repeat(count, 1)
             return col.astype(np.int32), col.astype(np.float64), col.astype(np.int32)
         budgets = np.asarray(budgets, np.int64)
-        acc = np.empty((budgets.size, count), np.int32)
-        exp = np.empty((budgets.size, count))
-        dep = np.empty((budgets.size, count), np.int32)
+        contexts, rkeys = self.roots(key, first, count)
+        trees = self._optimal_trees(contexts, rkeys, int(budgets[-1]))
+        return stacked([self._scored(tree, budgets) for tree in trees])
+
+    def roots(self, key: np.uint64, first: int, count: int) -> tuple[list[np.ndarray], list[int]]:
+        """The contexts (:meth:`root_context`) and 64-bit keys of the roots of iterations
+        first .. first + count - 1 of the run of seed key ``key`` (batched backends)."""
         its = range(first, first + count)
-        contexts = [self.root_context(key, it) for it in its]     # (answers first: slot 0)
-        rkeys = [int(root_key(np.uint64(key), np.uint64(it))) for it in its]
-        for j, tree in enumerate(self._optimal_trees(contexts, rkeys, int(budgets[-1]))):
-            res = self._scored(tree, budgets)
-            acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
-        return acc, exp, dep
+        return ([self.root_context(key, it) for it in its],
+                [int(root_key(np.uint64(key), np.uint64(it))) for it in its])
 
     def _optimal_trees(self, contexts: list, rkeys: list, p_max: int) -> list[RoundsTree]:
         """T_{p_max} of each root, ``ROOTS_PER_PASS`` of them in flight at a time."""

@@ -20,8 +20,7 @@ from brwsim.families.base import check_int, check_positive
 from brwsim.families.checkpoint import check_slots, checkpoint_path, load_checkpoint
 from brwsim.families.transformer import Transformer, checkpoint_sha256, make_evaluator, shipped_checkpoint
 from brwsim.io import file_sha256
-from brwsim.backends.rounds import RootResult
-from brwsim.kernels.rng import root_key
+from brwsim.backends.rounds import RootResult, stacked
 from brwsim.kernels import drafter as _k
 from brwsim.kernels.dist import DATA_OFF, TRANSFORMER
 from brwsim.kernels.transformer import TF_SLOTS, head_width
@@ -296,13 +295,8 @@ class DraftModel(Policy):
         """X, E[X | T] and the depth of the drafted trees of iterations first .. first +
         count - 1 on a batched target (:meth:`Transformer.batched_trees`' roots)."""
         self.check_batched(family)
-        acc, exp, dep = new_outputs(budgets.size, count)
-        for j in range(count):
-            it = first + j
-            res = self.tree_at(family, family.root_context(key, it),
-                               int(root_key(np.uint64(key), np.uint64(it))), budgets)
-            acc[:, j], exp[:, j], dep[:, j] = res.accepted, res.expected, res.depth
-        return acc, exp, dep
+        contexts, rkeys = family.roots(key, first, count)
+        return stacked([self.tree_at(family, c, k, budgets) for c, k in zip(contexts, rkeys)])
 
     def tree_at(self, family, context: np.ndarray, rkey: int, budgets: np.ndarray) -> RootResult:
         """The drafted trees of every budget below a root of context ``context`` and key
