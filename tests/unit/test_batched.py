@@ -42,6 +42,18 @@ def _ref_lp(folder, tokens):
     return z - (z.max() + math.log(np.exp(z - z.max()).sum()))
 
 
+def _assert_reference(folder, ctx, parents, toks, out):
+    """Each node's row of ``out`` = its whole prefix (context, then its path) recomputed
+    from scratch, to 1e-12."""
+    for i in range(toks.size):
+        path, j = [], i
+        while j >= 0:
+            path.append(toks[j])
+            j = parents[j]
+        want = _ref_lp(folder, np.concatenate([ctx, path[::-1]]))
+        assert np.abs(out[i] - want).max() < 1e-12, i
+
+
 @pytest.mark.parametrize("arch, form", [("gpt2", "union"), ("llama", "union"),
                                         ("tied", "union"), ("llama", "own"), ("gpt2", "own")])
 def test_extend_equals_recomputing_the_prefix(ckpts, arch, form, monkeypatch):
@@ -61,13 +73,7 @@ def test_extend_equals_recomputing_the_prefix(ckpts, arch, form, monkeypatch):
     toks = rng.integers(0, 256, parents.size)
     out = np.vstack([ev.extend(parents[:1], toks[:1]), ev.extend(parents[1:5], toks[1:5]),
                      ev.extend(parents[5:], toks[5:])])
-    for i in range(parents.size):
-        path, j = [], i
-        while j >= 0:
-            path.append(toks[j])
-            j = parents[j]
-        want = _ref_lp(folder, np.concatenate([ctx, path[::-1]]))
-        assert np.abs(out[i] - want).max() < 1e-12, i
+    _assert_reference(folder, ctx, parents, toks, out)
     ev.start(ctx)                              # node at a time: the same numbers
     for i in range(parents.size):
         one = ev.extend(parents[i:i + 1], toks[i:i + 1])[0]
@@ -101,13 +107,7 @@ def test_root_slots_extend_together(ckpts, arch, monkeypatch):
     rest = ev.extend_slots([(j, p[2:], t[2:]) for j, (p, t) in enumerate(trees) if p.size > 2])
     outs = [np.vstack([first[0], rest[0]]), first[1], np.vstack([first[2], rest[1]])]
     for c, (parents, toks), out in zip(ctxs, trees, outs):
-        for i in range(toks.size):
-            path, j = [], i
-            while j >= 0:
-                path.append(toks[j])
-                j = parents[j]
-            want = _ref_lp(folder, np.concatenate([c, path[::-1]]))
-            assert np.abs(out[i] - want).max() < 1e-12, i
+        _assert_reference(folder, c, parents, toks, out)
     with pytest.raises(UserError, match="distinct"):
         ev.extend_slots([(0, [-1], [1]), (0, [-1], [2])])
     with pytest.raises(UserError, match="never used"):
