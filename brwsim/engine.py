@@ -4,7 +4,9 @@ Everything that turns user-level numbers into a kernel call lives here, below th
 policies and :func:`brwsim.simulate`: budget and batch validation, the 64-bit key of a
 seed and of a node, the starting threshold of a pass and the status codes a pass returns.
 :func:`run_iterations` (single trees) and :func:`run_forest` (batches sharing a budget)
-are the only places that unpack a :class:`~brwsim.kernels.spec.Spec` for the tree kernels.
+and :func:`run_policy` and :func:`grow_root` (a policy's kernels) are the only places that
+call a tree kernel, and :func:`law` the only place that unpacks a
+:class:`~brwsim.kernels.spec.Spec` into the arguments every kernel takes first.
 """
 
 from __future__ import annotations
@@ -21,16 +23,39 @@ from brwsim.keys import check_path, node_key, seed_key
 from brwsim.kernels.spec import Spec
 from brwsim.kernels.aim import start_threshold
 from brwsim.kernels.forest import forest_chunk
-from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, new_workspace, simulate_chunk
+from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, grow_tree, new_workspace, simulate_chunk
 from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, echo
 
 
 __all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "validate_batch",
            "seed_key", "node_key", "check_path", "start_threshold", "check_grow_status", "run_iterations",
-           "run_forest"]
+           "run_forest", "law", "run_policy", "grow_root"]
 
 
 MAX_BATCH = 1 << 16
+
+
+def law(spec: Spec) -> tuple:
+    """A compiled family's distribution law as every kernel takes it first: ``kinds``,
+    ``cw``, ``fpar``, ``ipar``, ``data``, ``cprog``."""
+    return spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog
+
+
+def run_policy(kernel: Any, spec: Spec, roots: Any, *args: Any) -> Any:
+    """A policy's chunk kernel over a chunk of roots: ``kernel(law, head capacity, the
+    roots' keys, context modes, int and float contexts, heads, *args)``.
+
+    ``roots`` is a :class:`~brwsim.policies.base.Roots`; ``args`` are the kernel's own
+    (its shape or parameters, budgets and outputs)."""
+    return kernel(*law(spec), spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf,
+                  roots.head, *args)
+
+
+def grow_root(spec: Spec, roots: Any, i: int, *args: Any) -> Any:
+    """The optimal tree below root ``i`` of ``roots`` (:func:`~brwsim.kernels.tree.grow_tree`;
+    ``args``: budgets, depth cap, starting threshold, workspace, outputs and column)."""
+    return grow_tree(*law(spec), spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
+                     roots.cf[i], *args)
 
 
 def validate_budgets(budgets: Any) -> np.ndarray:
@@ -117,9 +142,8 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
         t_start = start_threshold(budgets[-1])
     ws = _workspace(int(budgets[-1]), spec.head_cap)
     _WORKSPACE.key = None         # an interrupted call may still write into ws: never reuse it
-    visited, t_end, ws = answering(simulate_chunk, spec.kinds, spec.cw, spec.fpar, spec.ipar,
-                                   spec.data, spec.cprog, spec.head_cap, key, first, count,
-                                   budgets, max_depth, t_start, acc, exp, dep, ws)
+    visited, t_end, ws = answering(simulate_chunk, *law(spec), spec.head_cap, key, first,
+                                   count, budgets, max_depth, t_start, acc, exp, dep, ws)
     _WORKSPACE.ws, _WORKSPACE.key = ws, (int(budgets[-1]), spec.head_cap)
     check_grow_status(visited, max_depth)
     return acc, exp, dep, int(visited), float(t_end)
@@ -149,10 +173,9 @@ def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, coun
     acc_s, exp_s, _ = _outputs(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1] / batch)
-    visited, visited1, t_end = answering(forest_chunk, spec.kinds, spec.cw, spec.fpar,
-                                         spec.ipar, spec.data, spec.cprog, spec.head_cap, key,
-                                         first, count, batch, budgets, max_depth, t_start,
-                                         split, acc, exp, dep, acc_s, exp_s)
+    visited, visited1, t_end = answering(forest_chunk, *law(spec), spec.head_cap, key, first,
+                                         count, batch, budgets, max_depth, t_start, split,
+                                         acc, exp, dep, acc_s, exp_s)
     check_grow_status(visited, max_depth)
     return acc, exp, dep, acc_s, exp_s, int(visited), int(visited1), float(t_end)
 

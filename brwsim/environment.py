@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from brwsim.engine import law
 from brwsim.keys import check_path, node_key
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
@@ -61,8 +62,7 @@ def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequen
     spec = family.spec() if isinstance(family, Family) else family
     out = np.empty(k)
     root = np.uint64(node_key(seed, iteration, ()))
-    _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
-               root, ranks, k, out)
+    _node_head(*law(spec), spec.head_cap, root, ranks, k, out)
     return out
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from brwsim.engine import check_grow_status, seed_key, validate_budgets
+from brwsim.engine import check_grow_status, law, seed_key, validate_budgets
 from brwsim.errors import UserError
 from brwsim.families.base import Family
 from brwsim.families.empirical import Empirical
@@ -88,8 +88,7 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         cf[:calls] = 0.0
     elif policy is None or isinstance(policy, Optimal):
         cap = (policy or Optimal()).depth_cap
-        calls = generation_run(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                               spec.head_cap, seed_key(seed), run, b, cap, tokens, acc, exp, dep,
+        calls = generation_run(*law(spec), spec.head_cap, seed_key(seed), run, b, cap, tokens, acc, exp, dep,
                                ci, cf)
         check_grow_status(calls, cap)
     else:
@@ -157,7 +156,7 @@ def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, 
     lf = np.empty((2, LEVEL_F))
     li = np.empty((2, LEVEL_I), np.int64)
     head = np.empty((2, max(spec.head_cap, 1)))
-    args = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog)
+    args = law(spec)
     node, ci, cf = advance(*args, np.uint64(root_key(key, np.uint64(run))), ROOT_DRAW, 0, 0.0, 0,
                            lf, li, head)              # the first root and its drawn context
     produced = calls = 0
@@ -223,8 +222,7 @@ def path_moments(family: Family, tokens: int = 2000, paths: int = 8, seed: int =
     head = np.empty((2, max(spec.head_cap, 1)))
     for i in range(paths):
         sl = slice(i * tokens, (i + 1) * tokens)
-        path_distributions(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                           np.uint64(root_key(key, np.uint64(1_000_000 + i))), tokens,
+        path_distributions(*law(spec), np.uint64(root_key(key, np.uint64(1_000_000 + i))), tokens,
                            rows[sl], h[sl], m2[sl], lf, li, head)
     per_h = h.reshape(paths, tokens).mean(axis=1)
     per_m2 = m2.reshape(paths, tokens).mean(axis=1)

@@ -14,7 +14,7 @@ from brwsim.drafters.eagle import EagleHead
 from brwsim.drafters.promptlookup import lookup_chain, lookup_tree
 from brwsim.drafters.score import score_tree, tempered
 from brwsim.drafters.shapes import DraftTree, best_first, dynamic, greedy_chain
-from brwsim.engine import start_threshold
+from brwsim.engine import run_policy, start_threshold
 from brwsim.errors import UserError
 from brwsim.families.base import check_int, check_positive
 from brwsim.families.checkpoint import check_slots, checkpoint_path, load_checkpoint
@@ -320,17 +320,16 @@ class DraftModel(Policy):
         ck = self._checkpoint
         dcap = int(head_width(ck.block, 0, int(spec.ipar[0, TF_SLOTS])))
         acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
-        env = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap,
-               roots.keys, roots.mode, roots.ci, roots.cf, roots.head, ck.block,
-               1.0 / self.temperature, dcap)
+        draft = (ck.block, 1.0 / self.temperature, dcap)
         if self.shape == "best":
-            visited = _k.best_chunk(*env, budgets, start_threshold(budgets[-1]), acc, exp, dep)[0]
+            visited = run_policy(_k.best_chunk, spec, roots, *draft, budgets,
+                                 start_threshold(budgets[-1]), acc, exp, dep)[0]
             if visited < 0:
                 raise UserError("more than 2**28 nodes tie at one draft path probability")
         elif self.shape == "chain":
-            _k.chain_chunk(*env, budgets, acc, exp, dep)
+            run_policy(_k.chain_chunk, spec, roots, *draft, budgets, acc, exp, dep)
         else:
             b = budgets if self.total is None else np.minimum(budgets, self.total)
-            _k.dynamic_chunk(*env, self.depth, self.topk, np.ascontiguousarray(b, np.int64),
-                             acc, exp, dep)
+            run_policy(_k.dynamic_chunk, spec, roots, *draft, self.depth, self.topk,
+                       np.ascontiguousarray(b, np.int64), acc, exp, dep)
         return acc, exp, dep

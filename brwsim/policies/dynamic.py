@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.engine import run_policy
 from brwsim.errors import UserError
 from brwsim.families.base import check_int
 from brwsim.kernels import policies as _k
@@ -62,8 +63,6 @@ class Dynamic(Policy):
     def run_roots(self, spec, budgets, roots):
         b = budgets if self.total is None else np.minimum(budgets, self.total)
         acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
-        _k.dynamic_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                         spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, roots.head,
-                         self.depth, self.topk, np.ascontiguousarray(b, dtype=np.int64), acc,
-                         exp, dep)
+        run_policy(_k.dynamic_chunk, spec, roots, self.depth, self.topk,
+                   np.ascontiguousarray(b, dtype=np.int64), acc, exp, dep)
         return acc, exp, dep

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from brwsim.engine import start_threshold
+from brwsim.engine import run_policy, start_threshold
 from brwsim.errors import UserError
 from brwsim.families.base import check_positive
 from brwsim.kernels import policies as _k
@@ -61,11 +61,8 @@ class Noisy(Policy):
     def run_roots(self, spec, budgets, roots):
         acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
         t_start = start_threshold(budgets[-1])
-        visited, _ = _k.noisy_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                    spec.cprog, spec.head_cap, roots.keys, roots.mode, roots.ci,
-                                    roots.cf, roots.head, self.sigma, self.gamma, 1.0 / self.T, _k.HEAD_K, budgets,
-                                    t_start,
-                                    acc, exp, dep)
+        visited, _ = run_policy(_k.noisy_chunk, spec, roots, self.sigma, self.gamma,
+                                1.0 / self.T, _k.HEAD_K, budgets, t_start, acc, exp, dep)
         if visited < 0:
             raise UserError("more than 2**28 nodes tie at one estimated path probability; use "
                             "a budget that ends on a full level of this lattice family")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from brwsim.engine import check_grow_status, run_iterations, start_threshold
-from brwsim.kernels.tree import NO_DEPTH_CAP, WS_HEAD, grow_tree, new_workspace
+from brwsim.engine import check_grow_status, grow_root, run_iterations, start_threshold
+from brwsim.kernels.tree import NO_DEPTH_CAP, WS_HEAD, new_workspace
 from brwsim.policies.base import Policy, new_outputs, optional_int
 
 __all__ = ["Optimal"]
@@ -51,8 +51,7 @@ class Optimal(Policy):
         for i in range(roots.keys.size):
             if i < roots.head.shape[0]:          # a preset root's recurrent state
                 ws[WS_HEAD][0, :roots.head.shape[1]] = roots.head[i]
-            v, t, ws = grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                                 spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
-                                 roots.cf[i], budgets, self.depth_cap, t, ws, acc, exp, dep, i)
+            v, t, ws = grow_root(spec, roots, i, budgets, self.depth_cap, t, ws, acc, exp,
+                                 dep, i)
             check_grow_status(v, self.depth_cap)
         return acc, exp, dep

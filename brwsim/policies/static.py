@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from brwsim.engine import run_policy
 from brwsim.errors import UserError
 from brwsim.kernels import policies as _k
 from brwsim.policies.base import Policy, new_outputs
@@ -94,8 +95,6 @@ class StaticPolicy(Policy):
         if levels * max(spec.head_cap, 1) > _MAX_LEVEL_CELLS:
             raise UserError(f"{self!r}: a tree of depth {levels - 1} is too deep for this "
                             "family's buffers; use a smaller budget")
-        _k.static_chunk(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                        spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf, roots.head,
-                        sh.depth, sh.rank, sh.leaf, sh.order, np.minimum(budgets, sh.size), acc,
-                        exp, dep)
+        run_policy(_k.static_chunk, spec, roots, sh.depth, sh.rank, sh.leaf, sh.order,
+                   np.minimum(budgets, sh.size), acc, exp, dep)
         return acc, exp, dep

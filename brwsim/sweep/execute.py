@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.engine import run_forest, run_iterations
+from brwsim.engine import law, run_forest, run_iterations
 from brwsim.errors import UserError
 from brwsim.interrupt import driver_tag
 from brwsim.policies import Optimal, parse_policy, run_policy
@@ -226,8 +226,7 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
 
 def _kernel_group(spec: Any) -> tuple[str, ...]:
     """What selects a kernel's compiled specialisation: the dtypes of a spec's arrays."""
-    return tuple(str(a.dtype) for a in (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                        spec.cprog))
+    return tuple(str(a.dtype) for a in law(spec))
 
 
 def _warm_numba(tasks: list[Task]) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from brwsim.errors import UserError
+from brwsim.engine import law
 from brwsim.interrupt import answering
 from brwsim.kernels.dist import DATA_OFF, LEVEL_F, LEVEL_I, ORDERSTAT
 from brwsim.kernels.orderstat import OS_INV_H, OS_LAZY, OS_LOGW, OS_N_HEAD, OS_N_INT, OS_VOCAB, OS_X0
@@ -152,8 +153,7 @@ class SampledLaw(SpineLaw):
             split, floor = np.zeros((batches, size)), np.zeros((batches, size))
             ranks, cells = np.empty(n, np.int64), np.empty(n, np.int64)
             ent, ent2 = np.empty(n), np.empty(n)
-            done = answering(_sample_cells, spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                 spec.cprog, key, n, 16 * batches, cap, h, eps, lf, li, head,
+            done = answering(_sample_cells, *law(spec), key, n, 16 * batches, cap, h, eps, lf, li, head,
                                  *tables, TABLE_STEP, ratio, SWITCH_RHO, bool(tail_noise),
                                  split, floor, ranks, cells, ent, ent2)
             return split, floor, ranks[:done], cells[:done], ent[:done], ent2[:done]
