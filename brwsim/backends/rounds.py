@@ -361,12 +361,15 @@ class RootResult(NamedTuple):
     path_ranks: np.ndarray
 
 
-def stacked(results: list[RootResult]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stacked(results: list[RootResult], n_budgets: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """X_P, E[X | T_P] and depth of several roots as columns: int32, float64, int32 arrays
-    of shape (len(budgets), len(results))."""
-    return (np.array([r.accepted for r in results], np.int32).T.reshape(-1, len(results)),
-            np.array([r.expected for r in results], np.float64).T.reshape(-1, len(results)),
-            np.array([r.depth for r in results], np.int32).T.reshape(-1, len(results)))
+    of shape (n_budgets, len(results))."""
+    shape = (len(results), n_budgets)
+    return tuple(np.ascontiguousarray(np.array([getattr(r, f) for r in results], dt)
+                                      .reshape(shape).T)
+                 for f, dt in (("accepted", np.int32), ("expected", np.float64),
+                               ("depth", np.int32)))
 
 
 def score_budgets(tree: RoundsTree, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

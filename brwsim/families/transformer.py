@@ -532,7 +532,7 @@ class Transformer(RootSampled, Family):
         budgets = np.asarray(budgets, np.int64)
         contexts, rkeys = self.roots(key, first, count)
         trees = self._optimal_trees(contexts, rkeys, int(budgets[-1]))
-        return stacked([self._scored(tree, budgets) for tree in trees])
+        return stacked([self._scored(tree, budgets) for tree in trees], budgets.size)
 
     def roots(self, key: np.uint64, first: int, count: int) -> tuple[list[np.ndarray], list[int]]:
         """The contexts (:meth:`root_context`) and 64-bit keys of the roots of iterations

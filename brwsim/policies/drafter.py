@@ -296,7 +296,8 @@ class DraftModel(Policy):
         count - 1 on a batched target (:meth:`Transformer.batched_trees`' roots)."""
         self.check_batched(family)
         contexts, rkeys = family.roots(key, first, count)
-        return stacked([self.tree_at(family, c, k, budgets) for c, k in zip(contexts, rkeys)])
+        return stacked([self.tree_at(family, c, k, budgets) for c, k in zip(contexts, rkeys)],
+                       budgets.size)
 
     def tree_at(self, family, context: np.ndarray, rkey: int, budgets: np.ndarray) -> RootResult:
         """The drafted trees of every budget below a root of context ``context`` and key
