@@ -26,7 +26,10 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.validate import check_input_file, check_work_size, echo, format_bytes
-from brwsim.kernels.transformer import GELU, GELU_NEW, GPT2, HDR, LLAMA, PER_LAYER, RELU, SILU
+from brwsim.kernels.transformer import (GELU, GELU_NEW, GPT2, H_ACT, H_ARCH, H_D, H_EMB, H_EPS,
+                                        H_FF, H_HD, H_HEAD, H_NFB, H_NFW, H_NH, H_NKV, H_NL,
+                                        H_NPOS, H_THETA, H_V, H_WPE, HDR, L_MATRICES, LLAMA,
+                                        PER_LAYER, RELU, SILU)
 from brwsim.models.gguf import load_gguf
 from brwsim.models.hfconfig import read_config
 from brwsim.models.hfconfig import config_key as _key
@@ -353,8 +356,11 @@ def _pack(dims: dict, glob: dict, layers: list) -> np.ndarray:
     """The kernel's block (see :mod:`brwsim.kernels.transformer`)."""
     nl = dims["nl"]
     header = np.zeros(HDR + PER_LAYER * nl)
-    header[:12] = (dims["arch"], dims["v"], dims["d"], nl, dims["nh"], dims["nkv"], dims["hd"],
-                   dims["ff"], dims["npos"], dims["eps"], dims["theta"], dims["act"])
+    for slot, value in ((H_ARCH, dims["arch"]), (H_V, dims["v"]), (H_D, dims["d"]), (H_NL, nl),
+                        (H_NH, dims["nh"]), (H_NKV, dims["nkv"]), (H_HD, dims["hd"]),
+                        (H_FF, dims["ff"]), (H_NPOS, dims["npos"]), (H_EPS, dims["eps"]),
+                        (H_THETA, dims["theta"]), (H_ACT, dims["act"])):
+        header[slot] = value
     parts: list[np.ndarray] = []
     off = header.size
 
@@ -365,17 +371,17 @@ def _pack(dims: dict, glob: dict, layers: list) -> np.ndarray:
         parts.append(p)
         off += p.size
 
-    put(12, glob["emb"], True)
+    put(H_EMB, glob["emb"], True)
     if glob["head"] is None:                 # tied: lm_head = embedding
-        header[13] = header[12]
+        header[H_HEAD] = header[H_EMB]
     else:
-        put(13, glob["head"], True)
-    put(14, glob["wpe"], True)
-    put(15, glob["nfw"], False)
-    put(16, glob["nfb"], False)
-    for i, tensors in enumerate(layers):
+        put(H_HEAD, glob["head"], True)
+    put(H_WPE, glob["wpe"], True)
+    put(H_NFW, glob["nfw"], False)
+    put(H_NFB, glob["nfb"], False)
+    for i, tensors in enumerate(layers):         # in the per-layer slots' order, L_N1W ..
         for k, a in enumerate(tensors):
-            put(HDR + PER_LAYER * i + k, a, k in (2, 4, 8, 10))
+            put(HDR + PER_LAYER * i + k, a, k in L_MATRICES)
     block = np.concatenate([header] + parts)
     block.setflags(write=False)
     return block

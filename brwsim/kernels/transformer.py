@@ -44,15 +44,17 @@ context is the last window + (depth mod (carry + 1)) tokens below a drawn root, 
 visit, up to ``BATCH`` consecutive ranks, are computed as one block of rows (each row
 attends to the parent's cache and to itself), so each weight is read once per block.
 
-The weight block at offset ``o`` of the spec's ``data`` (offsets relative to ``o``):
-``[0]`` arch (0 GPT-2, 1 Llama), ``[1]`` V, ``[2]`` d, ``[3]`` L, ``[4]`` nh, ``[5]`` nkv,
-``[6]`` hd, ``[7]`` ff, ``[8]`` max positions, ``[9]`` eps, ``[10]`` rope theta, ``[11]``
-activation (0 gelu_new, 1 gelu, 2 relu, 3 silu), ``[12]`` embedding^T (d x V, packed),
-``[13]`` lm head^T (d x V, packed), ``[14]`` positions (npos x d, packed, GPT-2), ``[15]``
-final norm weight, ``[16]`` final norm bias (GPT-2); then 12 entries per layer from
-``HDR``: norm1 w, norm1 b, Wqkv (d x (nh hd + 2 kvd), packed), bqkv, Wo (nh hd x d,
-packed), bo, norm2 w, norm2 b, W1 (d x ff1, packed; Llama: [gate | up], ff1 = 2 ff), b1,
-W2 (ff x d, packed), b2. Vectors are float64.
+The weight block at offset ``o`` of the spec's ``data`` has a header of named slots
+(relative to ``o``; :func:`brwsim.families.checkpoint` writes it by the same names):
+``H_ARCH`` (0 GPT-2, 1 Llama), ``H_V``, ``H_D``, ``H_NL`` (layers), ``H_NH``, ``H_NKV``,
+``H_HD``, ``H_FF``, ``H_NPOS`` (max positions), ``H_EPS``, ``H_THETA`` (rope theta),
+``H_ACT`` (0 gelu_new, 1 gelu, 2 relu, 3 silu), then the offsets of ``H_EMB``
+(embedding^T, d x V, packed), ``H_HEAD`` (lm head^T, d x V, packed), ``H_WPE`` (positions,
+npos x d, packed, GPT-2), ``H_NFW`` and ``H_NFB`` (final norm weight and bias, GPT-2);
+then from ``HDR`` a row of ``PER_LAYER`` offsets per layer: ``L_N1W``, ``L_N1B`` (norm 1),
+``L_WQKV`` (d x (nh hd + 2 kvd), packed), ``L_BQKV``, ``L_WO`` (nh hd x d, packed),
+``L_BO``, ``L_N2W``, ``L_N2B`` (norm 2), ``L_W1`` (d x ff1, packed; Llama: [gate | up],
+ff1 = 2 ff), ``L_B1``, ``L_W2`` (ff x d, packed), ``L_B2``. Vectors are float64.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ from brwsim.kernels.lstm import _dot, _exp, _mm, _tanh, sort_listed
 
 HDR = 24            # block header entries before the per-layer table
 PER_LAYER = 12      # per-layer offsets
+# the block header's slots (relative to the block's offset o): dimensions, then offsets
+H_ARCH, H_V, H_D, H_NL, H_NH, H_NKV, H_HD, H_FF, H_NPOS, H_EPS, H_THETA, H_ACT = range(12)
+H_EMB, H_HEAD, H_WPE, H_NFW, H_NFB = range(12, 17)
+# a layer's slots in its row of the per-layer table (at o + HDR + PER_LAYER * layer)
+(L_N1W, L_N1B, L_WQKV, L_BQKV, L_WO, L_BO, L_N2W, L_N2B, L_W1, L_B1, L_W2,
+ L_B2) = range(PER_LAYER)
+#: The per-layer slots holding matrices (packed float32); the others are float64 vectors.
+L_MATRICES = (L_WQKV, L_WO, L_W1, L_W2)
 BATCH = 8           # rows of one block (children of a parent, or a chunk of a root)
 META = 8
 GPT2, LLAMA = 0, 1
@@ -84,16 +94,16 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 @kernel
 def _dims(data, o):
     """(V, d, L, nh, nkv, hd, ff, kvd, qw, qkvw, ff1) of the block at ``o``."""
-    v = int(data[o + 1])
-    d = int(data[o + 2])
-    nl = int(data[o + 3])
-    nh = int(data[o + 4])
-    nkv = int(data[o + 5])
-    hd = int(data[o + 6])
-    ff = int(data[o + 7])
+    v = int(data[o + H_V])
+    d = int(data[o + H_D])
+    nl = int(data[o + H_NL])
+    nh = int(data[o + H_NH])
+    nkv = int(data[o + H_NKV])
+    hd = int(data[o + H_HD])
+    ff = int(data[o + H_FF])
     kvd = nkv * hd
     qw = nh * hd
-    ff1 = 2 * ff if int(data[o]) == LLAMA else ff
+    ff1 = 2 * ff if int(data[o + H_ARCH]) == LLAMA else ff
     return v, d, nl, nh, nkv, hd, ff, kvd, qw, qw + 2 * kvd, ff1
 
 
@@ -258,14 +268,14 @@ def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
     slots of ``cr`` and to itself; their keys, values and logits go into ``hr``'s batch.
     Logits: every sibling's; of a chunk only the last row's, into ``hr``'s LG.
     """
-    arch = int(data[o])
+    arch = int(data[o + H_ARCH])
     v, d, nl, nh, nkv, hd, _ff, kvd, qw, qkvw, ff1 = _dims(data, o)
-    ff = int(data[o + 7])
-    eps = data[o + 9]
-    theta = data[o + 10]
-    act = int(data[o + 11])
+    ff = int(data[o + H_FF])
+    eps = data[o + H_EPS]
+    theta = data[o + H_THETA]
+    act = int(data[o + H_ACT])
     _m, _tk, lg, ko, vo, ba, bw, xs, hs, qs, as_, fs, sc, _ex, _w = layout(data, o, slots)
-    sa, sb = _s32(data, o, o + 12, d * v)
+    sa, sb = _s32(data, o, o + H_EMB, d * v)
     emb = data[sa:sb].view(np.float32)
     for k in range(nb):                       # embeddings (columns of E^T), positions
         t = int(toks[t0 + k])
@@ -274,25 +284,25 @@ def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
             x[j] = np.float64(emb[j * v + t])
         if arch == GPT2:
             p = pos0 + k if seq else pos0
-            sa, sb = _s32(data, o, o + 14, int(data[o + 8]) * d)
+            sa, sb = _s32(data, o, o + H_WPE, int(data[o + H_NPOS]) * d)
             wpe = data[sa:sb].view(np.float32)
             for j in range(d):
                 x[j] += np.float64(wpe[p * d + j])
     for layer in range(nl):
         lt = o + HDR + PER_LAYER * layer
-        sa, sb = _s64(data, o, lt, d)
+        sa, sb = _s64(data, o, lt + L_N1W, d)
         n1w = data[sa:sb]
-        sa, sb = _s64(data, o, lt + 1, d)
+        sa, sb = _s64(data, o, lt + L_N1B, d)
         n1b = data[sa:sb]
         for k in range(nb):
             _norm(arch, n1w, n1b, eps, hr[xs + k * d:xs + (k + 1) * d],
                   hr[hs + k * d:hs + (k + 1) * d], d)
-        sa, sb = _s64(data, o, lt + 3, qkvw)
+        sa, sb = _s64(data, o, lt + L_BQKV, qkvw)
         bq = data[sa:sb]
         for k in range(nb):
             for j in range(qkvw):
                 hr[qs + k * qkvw + j] = bq[j]
-        sa, sb = _s32(data, o, lt + 2, d * qkvw)
+        sa, sb = _s32(data, o, lt + L_WQKV, d * qkvw)
         _mm(hr, hs, d, nb, d, data[sa:sb].view(np.float32), qkvw, hr, qs, qkvw)
         for k in range(nb):
             q0 = qs + k * qkvw
@@ -318,15 +328,15 @@ def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
                 _attend(hr, qs + k * qkvw, nh, nkv, hd, cr, ko + layer * slots * kvd,
                         vo + layer * slots * kvd, kvd, m, hr, ba + k * bw + layer * kvd,
                         ba + k * bw + (nl + layer) * kvd, 1, hr[sc:], hr, as_ + k * qw)
-        sa, sb = _s32(data, o, lt + 4, qw * d)
+        sa, sb = _s32(data, o, lt + L_WO, qw * d)
         _mm(hr, as_, qw, nb, qw, data[sa:sb].view(np.float32), d, hr, xs, d)
-        sa, sb = _s64(data, o, lt + 5, d)
+        sa, sb = _s64(data, o, lt + L_BO, d)
         bo = data[sa:sb]
-        sa, sb = _s64(data, o, lt + 6, d)
+        sa, sb = _s64(data, o, lt + L_N2W, d)
         n2w = data[sa:sb]
-        sa, sb = _s64(data, o, lt + 7, d)
+        sa, sb = _s64(data, o, lt + L_N2B, d)
         n2b = data[sa:sb]
-        sa, sb = _s64(data, o, lt + 9, ff1)
+        sa, sb = _s64(data, o, lt + L_B1, ff1)
         b1 = data[sa:sb]
         for k in range(nb):
             x = hr[xs + k * d:xs + (k + 1) * d]
@@ -335,7 +345,7 @@ def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
             _norm(arch, n2w, n2b, eps, x, hr[hs + k * d:hs + (k + 1) * d], d)
             for j in range(ff1):
                 hr[fs + k * ff1 + j] = b1[j]
-        sa, sb = _s32(data, o, lt + 8, d * ff1)
+        sa, sb = _s32(data, o, lt + L_W1, d * ff1)
         _mm(hr, hs, d, nb, d, data[sa:sb].view(np.float32), ff1, hr, fs, ff1)
         for k in range(nb):
             f = hr[fs + k * ff1:fs + (k + 1) * ff1]
@@ -343,22 +353,22 @@ def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
                 _swiglu(f, ff)
             else:
                 _act(act, f, ff)
-        sa, sb = _s32(data, o, lt + 10, ff * d)
+        sa, sb = _s32(data, o, lt + L_W2, ff * d)
         _mm(hr, fs, ff1, nb, ff, data[sa:sb].view(np.float32), d, hr, xs, d)
-        sa, sb = _s64(data, o, lt + 11, d)
+        sa, sb = _s64(data, o, lt + L_B2, d)
         b2 = data[sa:sb]
         for k in range(nb):
             for j in range(d):
                 hr[xs + k * d + j] += b2[j]
-    sa, sb = _s64(data, o, o + 15, d)
+    sa, sb = _s64(data, o, o + H_NFW, d)
     nfw = data[sa:sb]
-    sa, sb = _s64(data, o, o + 16, d)
+    sa, sb = _s64(data, o, o + H_NFB, d)
     nfb = data[sa:sb]
     first = 0 if not seq else nb - 1
     for k in range(first, nb):
         _norm(arch, nfw, nfb, eps, hr[xs + k * d:xs + (k + 1) * d],
               hr[hs + k * d:hs + (k + 1) * d], d)
-    sa, sb = _s32(data, o, o + 13, d * v)
+    sa, sb = _s32(data, o, o + H_HEAD, d * v)
     wh = data[sa:sb].view(np.float32)
     if seq:
         for j in range(v):
@@ -385,7 +395,7 @@ def _prefill(data, o, slots, hr, n):
 @kernel
 def _fresh(data, o, slots, hr):
     """Mark the row's child batch as empty (its state just changed)."""
-    m = 2 * int(data[o + 1])
+    m = 2 * int(data[o + H_V])
     hr[m + 2] = 0.0
     hr[m + 3] = 0.0
 
@@ -393,7 +403,7 @@ def _fresh(data, o, slots, hr):
 @kernel
 def _batch(data, o, slots, pr, r0, nb):
     """Keys, values and logits of the parent's children of ranks r0 .. r0 + nb - 1."""
-    v = int(data[o + 1])
+    v = int(data[o + H_V])
     m = 2 * v
     _block(data, o, slots, pr, pr, v + r0, nb, int(pr[m]), False, pr, int(pr[m]))
     pr[m + 2] = r0
@@ -426,7 +436,7 @@ def _take(data, o, slots, pr, k, cr):
 @kernel
 def _listed(data, o, slots, beta, hr, min_logq):
     """Tempered log-probabilities above ``min_logq``, sorted, into the row; their number."""
-    v = int(data[o + 1])
+    v = int(data[o + H_V])
     mm, _tk, lg, _ko, _vo, _ba, _bw, _xs, _hs, _qs, _as, _fs, _sc, ex, _w = layout(data, o, slots)
     zmax = -np.inf
     for j in range(v):
@@ -455,7 +465,7 @@ def _rerun(data, o, slots, pr, hr, tok, window):
     """Row ``hr`` restarts its context: the last ``window - 1`` tokens of ``pr``'s context
     and then ``tok``, run from an empty cache (``pr`` may be ``hr`` itself: the copy moves
     tokens towards the front)."""
-    mm = 2 * int(data[o + 1])
+    mm = 2 * int(data[o + H_V])
     tk = mm + META
     n = int(pr[mm])
     w = min(int(window), n + 1)
@@ -478,7 +488,7 @@ def transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw, ra
     ``draw``: a drawn root, the ``cprog[2]`` tokens of the context program from ``start``.
     Otherwise (a preset root) the row already holds its state. Returns the listed count.
     """
-    v = int(data[o + 1])
+    v = int(data[o + H_V])
     mm = 2 * v
     tk = mm + META
     hr = head[d]
@@ -516,7 +526,7 @@ def transformer_logits(data, o, tokens, out):
     """
     slots = tokens.shape[0]
     hr = np.zeros(head_width(data, o, slots))
-    v = int(data[o + 1])
+    v = int(data[o + H_V])
     tk = 2 * v + META
     for j in range(slots):
         hr[tk + j] = tokens[j]
@@ -531,7 +541,7 @@ def transformer_start(data, o, slots, window, prompt):
     """A generation's row: the last ``min(len(prompt), window)`` prompt tokens run from an
     empty cache (their logits in the row's LG), carrying nothing past the window."""
     hr = np.zeros(head_width(data, o, slots))
-    v = int(data[o + 1])
+    v = int(data[o + H_V])
     mm = 2 * v
     tk = mm + META
     w = min(prompt.shape[0], int(window))
@@ -556,7 +566,7 @@ def transformer_sample(data, o, slots, window, carry, beta, hr, uniforms, k, out
     tokens carried past the window stay at most ``carry``, else the context restarts from
     its last ``window`` tokens. The row keeps the state between calls.
     """
-    v = int(data[o + 1])
+    v = int(data[o + H_V])
     mm = 2 * v
     tk = mm + META
     lg = layout(data, o, slots)[2]

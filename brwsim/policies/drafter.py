@@ -23,7 +23,7 @@ from brwsim.io import file_sha256
 from brwsim.backends.rounds import RootResult, stacked
 from brwsim.kernels import drafter as _k
 from brwsim.kernels.dist import DATA_OFF, TRANSFORMER
-from brwsim.kernels.transformer import TF_SLOTS, head_width
+from brwsim.kernels.transformer import H_V, TF_SLOTS, head_width
 from brwsim.policies.base import Policy, new_outputs, optional_int
 
 __all__ = ["DraftModel", "SHAPES", "KINDS", "NGRAM_SHAPES"]
@@ -227,7 +227,7 @@ class DraftModel(Policy):
             raise UserError(f"{self!r}: kind={self.kind} needs a batched target: "
                             "transformer(..., backend=numpy)")
         ck = self._checkpoint
-        vt = int(spec.data[int(spec.ipar[0, DATA_OFF]) + 1])
+        vt = int(spec.data[int(spec.ipar[0, DATA_OFF]) + H_V])
         if vt != ck.vocab_size:
             raise UserError(f"{self!r}: the draft's vocabulary ({ck.vocab_size} tokens) differs "
                             f"from the target's ({vt} tokens)")
