@@ -77,13 +77,15 @@ class RootSampled:
         raise NotImplementedError
 
     def _root_rows(self, n: int, seed: int) -> np.ndarray:
-        """Whole sorted distributions of ``n`` uniformly drawn roots (cached)."""
-        key = (n, seed)
-        if getattr(self, "_rows_key", None) != key:
+        """Whole sorted distributions of ``n`` uniformly drawn roots (cached in the memo,
+        which is not pickled: a real model's 64 rows are tens of MB, which every sweep
+        task would otherwise carry)."""
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        key = ("root_rows", n, seed)
+        if key not in memo:
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(self._ROOT_SPAWN,)))
-            self._rows = np.array([self.sample_full(rng) for _ in range(n)])
-            self._rows_key = key
-        return self._rows
+            memo[key] = np.array([self.sample_full(rng) for _ in range(n)])
+        return memo[key]
 
     def spine_law(self) -> BatchedAtoms:
         """The spine-step law of the root marginal from drawn roots (exact atoms of each),
