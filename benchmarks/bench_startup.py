@@ -10,9 +10,12 @@ with the load, the CPU time much less), the machine's load average before and af
 machine is shared), and what the cold run said on stderr (the compile notice).
 
 The code timed is the ``brwsim`` package that ``python -c "import brwsim"`` finds in that
-environment: ``PYTHONPATH=<a checkout>`` times another version (e.g. a ``git archive`` of
-main) with the same installed dependencies; do not edit the sources while it runs (the
-cache is keyed by a hash of them, so the warm run would compile again).
+environment. With a non-editable install, ``PYTHONPATH=<a checkout>`` times another version
+(e.g. a ``git archive`` of main) with the same installed dependencies; an editable install
+(``pip install -e``) imports its own checkout whatever ``PYTHONPATH`` says (its import hook
+comes first), so time another version from a second virtual environment. Do not edit the
+sources while it runs (the cache is keyed by a hash of them, so the warm run would compile
+again).
 
 Run: ``python benchmarks/bench_startup.py`` (two to three minutes cold on the shared
 2-core machine). ``--repeat N`` times the warm run N times (best and worst printed).
