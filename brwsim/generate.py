@@ -88,8 +88,8 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         cf[:calls] = 0.0
     elif policy is None or isinstance(policy, Optimal):
         cap = (policy or Optimal()).depth_cap
-        calls = generation_run(*law(spec), spec.head_cap, seed_key(seed), run, b, cap, tokens, acc, exp, dep,
-                               ci, cf)
+        calls = generation_run(*law(spec), spec.head_cap, seed_key(seed), run, b, cap, tokens,
+                               acc, exp, dep, ci, cf)
         check_grow_status(calls, cap)
     else:
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
