@@ -542,13 +542,14 @@ class Transformer(RootSampled, Family):
                 [int(root_key(np.uint64(key), np.uint64(it))) for it in its])
 
     def _optimal_trees(self, contexts: list, rkeys: list, p_max: int) -> list[RoundsTree]:
-        """T_{p_max} of each root, ``ROOTS_PER_PASS`` of them in flight at a time."""
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
-        # (the last root's T_P threshold sets the next ones' rounds: the work, not the tree)
-        trees = optimal_trees(self.evaluator(), contexts, p_max, rkeys, self.beta,
-                              t_start=memo.get("t_next"), slots=ROOTS_PER_PASS)
-        memo["t_next"] = trees[-1].t_end
-        return trees
+        """T_{p_max} of each root, ``ROOTS_PER_PASS`` of them in flight at a time.
+
+        Each call starts from the default first guess (later roots take the last finished
+        tree's threshold): the rounds, and so a float32 target's rounding, depend only on
+        the call's own roots, never on what the process ran before, so a sweep's chunk
+        gives the same numbers on whichever worker runs it."""
+        return optimal_trees(self.evaluator(), contexts, p_max, rkeys, self.beta,
+                             slots=ROOTS_PER_PASS)
 
     @staticmethod
     def _scored(tree: RoundsTree, budgets: np.ndarray) -> RootResult:
