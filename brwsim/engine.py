@@ -5,8 +5,9 @@ policies and :func:`brwsim.simulate`: budget and batch validation, the 64-bit ke
 seed and of a node, the starting threshold of a pass and the status codes a pass returns.
 :func:`run_iterations` (single trees) and :func:`run_forest` (batches sharing a budget)
 and :func:`run_policy` and :func:`grow_root` (a policy's kernels) are the only places that
-call a tree kernel, and :func:`law` the only place that unpacks a
-:class:`~brwsim.kernels.spec.Spec` into the arguments every kernel takes first.
+call a tree kernel, and :func:`law` the only place that takes a
+:class:`~brwsim.kernels.spec.Spec` apart into the :class:`~brwsim.kernels.spec.Law` every
+kernel takes first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from brwsim.errors import UserError
 from brwsim.interrupt import answering
 from brwsim.keys import check_path, node_key, seed_key
-from brwsim.kernels.spec import Spec
+from brwsim.kernels.spec import Law, Out, Roots, Spec
 from brwsim.kernels.aim import start_threshold
 from brwsim.kernels.forest import forest_chunk
 from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, grow_tree, new_workspace, simulate_chunk
@@ -35,26 +36,22 @@ __all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "valida
 MAX_BATCH = 1 << 16
 
 
-def law(spec: Spec) -> tuple:
-    """A compiled family's distribution law as every kernel takes it first: ``kinds``,
-    ``cw``, ``fpar``, ``ipar``, ``data``, ``cprog``."""
-    return spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog
+def law(spec: Spec) -> Law:
+    """A compiled family's distribution law as every kernel takes it first."""
+    return spec.law
 
 
-def run_policy(kernel: Any, spec: Spec, roots: Any, *args: Any) -> Any:
-    """A policy's chunk kernel over a chunk of roots: ``kernel(law, head capacity, the
-    roots' keys, context modes, int and float contexts, heads, *args)``.
-
-    ``roots`` is a :class:`~brwsim.policies.base.Roots`; ``args`` are the kernel's own
-    (its shape or parameters, budgets and outputs)."""
-    return kernel(*law(spec), spec.head_cap, roots.keys, roots.mode, roots.ci, roots.cf,
-                  roots.head, *args)
+def run_policy(kernel: Any, spec: Spec, roots: Roots, *args: Any) -> Any:
+    """A policy's chunk kernel over a chunk of roots: ``kernel(law, head capacity, roots,
+    *args)``; ``args`` are the kernel's own (its shape or parameters, budgets and
+    :class:`~brwsim.kernels.spec.Out`)."""
+    return kernel(law(spec), spec.head_cap, roots, *args)
 
 
-def grow_root(spec: Spec, roots: Any, i: int, *args: Any) -> Any:
+def grow_root(spec: Spec, roots: Roots, i: int, *args: Any) -> Any:
     """The optimal tree below root ``i`` of ``roots`` (:func:`~brwsim.kernels.tree.grow_tree`;
     ``args``: budgets, depth cap, starting threshold, workspace, outputs and column)."""
-    return grow_tree(*law(spec), spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
+    return grow_tree(law(spec), spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
                      roots.cf[i], *args)
 
 
@@ -98,11 +95,6 @@ def check_grow_status(code: int, max_depth: int = NO_DEPTH_CAP) -> None:
                         "that ends on a full level of this lattice family")
 
 
-def _outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-(budget, iteration) output arrays: accepted (int32), expected (float64), depth (int32)."""
-    return (np.empty((m, count), np.int32), np.empty((m, count)), np.empty((m, count), np.int32))
-
-
 _WORKSPACE = threading.local()
 
 
@@ -137,16 +129,16 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     t_end : float
         Final threshold, a good start for the next call.
     """
-    acc, exp, dep = _outputs(budgets.size, count)
+    out = Out.new(budgets.size, count)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1])
     ws = _workspace(int(budgets[-1]), spec.head_cap)
     _WORKSPACE.key = None         # an interrupted call may still write into ws: never reuse it
-    visited, t_end, ws = answering(simulate_chunk, *law(spec), spec.head_cap, key, first,
-                                   count, budgets, max_depth, t_start, acc, exp, dep, ws)
+    visited, t_end, ws = answering(simulate_chunk, law(spec), spec.head_cap, key, first,
+                                   count, budgets, max_depth, t_start, out, ws)
     _WORKSPACE.ws, _WORKSPACE.key = ws, (int(budgets[-1]), spec.head_cap)
     check_grow_status(visited, max_depth)
-    return acc, exp, dep, int(visited), float(t_end)
+    return out.acc, out.exp, out.dep, int(visited), float(t_end)
 
 
 def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int, batch: int,
@@ -169,14 +161,15 @@ def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, coun
     t_end : float
         Final threshold, a good start for the next call.
     """
-    acc, exp, dep = _outputs(budgets.size, count)
-    acc_s, exp_s, _ = _outputs(budgets.size, count)
+    out = Out.new(budgets.size, count)
+    out_s = Out.new(budgets.size, count)     # (its depth is not written)
     if not math.isfinite(t_start):
         t_start = start_threshold(budgets[-1] / batch)
-    visited, visited1, t_end = answering(forest_chunk, *law(spec), spec.head_cap, key, first,
+    visited, visited1, t_end = answering(forest_chunk, law(spec), spec.head_cap, key, first,
                                          count, batch, budgets, max_depth, t_start, split,
-                                         acc, exp, dep, acc_s, exp_s)
+                                         out, out_s)
     check_grow_status(visited, max_depth)
-    return acc, exp, dep, acc_s, exp_s, int(visited), int(visited1), float(t_end)
+    return (out.acc, out.exp, out.dep, out_s.acc, out_s.exp, int(visited), int(visited1),
+            float(t_end))
 
 

@@ -25,19 +25,18 @@ __all__ = ["node_key", "node_logprobs", "path_uniform"]
 
 
 @njit_cached
-def _node_head(kinds, cw, fpar, ipar, data, cprog, head_cap, key, path, k, out):
+def _node_head(law, head_cap, key, path, k, out):
     """Walk ``path`` from the root ``key`` (contexts follow it) and read k ranks at its end."""
     m = path.shape[0] + 1
     lf = np.empty((m, LEVEL_F))
     li = np.empty((m, LEVEL_I), np.int64)
     head = np.empty((m, max(head_cap, 1)))
-    dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, -np.inf, ROOT_DRAW, 0)
+    dist_init(law, key, 0, lf, li, head, -np.inf, ROOT_DRAW, 0)
     for d in range(1, m):
         key = child_key(key, path[d - 1])
-        dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, -np.inf, d - 1,
-                  path[d - 1])
+        dist_init(law, key, d, lf, li, head, -np.inf, d - 1, path[d - 1])
     for r in range(k):
-        out[r] = dist_next(fpar, ipar, data, key, m - 1, lf, li, head)
+        out[r] = dist_next(law.fpar, law.ipar, law.data, key, m - 1, lf, li, head)
 
 
 def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequence[int] = (),
@@ -62,7 +61,7 @@ def node_logprobs(family: Family | Spec, seed: int, iteration: int, path: Sequen
     spec = family.spec() if isinstance(family, Family) else family
     out = np.empty(k)
     root = np.uint64(node_key(seed, iteration, ()))
-    _node_head(*law(spec), spec.head_cap, root, ranks, k, out)
+    _node_head(law(spec), spec.head_cap, root, ranks, k, out)
     return out
 
 

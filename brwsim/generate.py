@@ -26,6 +26,7 @@ from brwsim.io import provenance_attrs
 from brwsim.kernels.dist import CTX_DEPTH, LEVEL_F, LEVEL_I, ROOT_DRAW, ROOT_PRESET
 from brwsim.backends.rounds import sampled_rank, tempered
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
+from brwsim.kernels.spec import Out
 from brwsim.kernels.walk import advance, generation_run, path_distributions
 from brwsim.lazy import xarray as xr
 from brwsim.policies import Optimal, Policy, Roots, parse_policy
@@ -88,8 +89,8 @@ def generate(family: Family, policy=None, budget: int = 64, tokens: int = 10_000
         cf[:calls] = 0.0
     elif policy is None or isinstance(policy, Optimal):
         cap = (policy or Optimal()).depth_cap
-        calls = generation_run(*law(spec), spec.head_cap, seed_key(seed), run, b, cap, tokens,
-                               acc, exp, dep, ci, cf)
+        calls = generation_run(law(spec), spec.head_cap, seed_key(seed), run, b, cap, tokens,
+                               Out(acc, exp, dep), ci, cf)
         check_grow_status(calls, cap)
     else:
         calls = _policy_run(policy, spec, b, seed_key(seed), run, tokens, acc, exp, dep, ci, cf)
@@ -156,8 +157,8 @@ def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, 
     lf = np.empty((2, LEVEL_F))
     li = np.empty((2, LEVEL_I), np.int64)
     head = np.empty((2, max(spec.head_cap, 1)))
-    args = law(spec)
-    node, ci, cf = advance(*args, np.uint64(root_key(key, np.uint64(run))), ROOT_DRAW, 0, 0.0, 0,
+    dist = law(spec)
+    node, ci, cf = advance(dist, np.uint64(root_key(key, np.uint64(run))), ROOT_DRAW, 0, 0.0, 0,
                            lf, li, head)              # the first root and its drawn context
     produced = calls = 0
     row = head[0].copy()                              # the root's head row
@@ -167,7 +168,7 @@ def _policy_run(policy, spec, budgets, key, run, tokens, acc, exp, dep, ci_out, 
         ci_out[calls], cf_out[calls] = ci, cf
         x = int(a[-1, 0])
         head[0, :] = row
-        node, ci, cf = advance(*args, np.uint64(node), ROOT_PRESET, ci, cf, x + 1, lf, li, head)
+        node, ci, cf = advance(dist, np.uint64(node), ROOT_PRESET, ci, cf, x + 1, lf, li, head)
         row = head[(x + 1) % 2].copy()                # advance alternates rows
         if int(spec.cprog[0]) == CTX_DEPTH:
             ci = 0                           # depth counts from the new root
@@ -222,7 +223,7 @@ def path_moments(family: Family, tokens: int = 2000, paths: int = 8, seed: int =
     head = np.empty((2, max(spec.head_cap, 1)))
     for i in range(paths):
         sl = slice(i * tokens, (i + 1) * tokens)
-        path_distributions(*law(spec), np.uint64(root_key(key, np.uint64(1_000_000 + i))), tokens,
+        path_distributions(law(spec), np.uint64(root_key(key, np.uint64(1_000_000 + i))), tokens,
                            rows[sl], h[sl], m2[sl], lf, li, head)
     per_h = h.reshape(paths, tokens).mean(axis=1)
     per_m2 = m2.reshape(paths, tokens).mean(axis=1)

@@ -86,21 +86,25 @@ def _unliteral_calls(dispatcher):
     return dispatcher
 
 
-#: Called before a kernel whose first parameter is a contextual ``kinds`` array (int32) is
-#: compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds itself
-#: here when imported (by :mod:`brwsim.kernels.dist`, which every such kernel calls).
+#: Called before a kernel whose first parameter is a contextual law (or its ``kinds`` array,
+#: int32) is compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds
+#: itself here when imported (by :mod:`brwsim.kernels.dist`, which every such kernel calls).
 BEFORE_CONTEXTUAL: list = []
 
 
 def _contextual(args) -> bool:
-    """Whether a signature's first argument is a contextual ``kinds`` array (int32)."""
-    return bool(args) and isinstance(args[0], types.Array) and args[0].dtype == types.int32
+    """Whether a signature's first argument is a contextual law (a
+    :class:`~brwsim.kernels.spec.Law` whose ``kinds`` is int32) or ``kinds`` array."""
+    first = args[0] if args else None
+    if isinstance(first, types.BaseTuple) and first.types:
+        first = first.types[0]
+    return isinstance(first, types.Array) and first.dtype == types.int32
 
 
 def _registering_compile(dispatcher):
-    """Run :data:`BEFORE_CONTEXTUAL` before a kernel whose first parameter is ``kinds`` is
-    compiled or loaded for a contextual array."""
-    if dispatcher.py_func.__code__.co_varnames[:1] != ("kinds",):
+    """Run :data:`BEFORE_CONTEXTUAL` before a kernel whose first parameter is ``law`` or
+    ``kinds`` is compiled or loaded for a contextual one."""
+    if dispatcher.py_func.__code__.co_varnames[:1] not in (("law",), ("kinds",)):
         return dispatcher
     compile_ = dispatcher.compile
 

@@ -9,12 +9,36 @@ the trees never depend on them.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from brwsim.kernels import kernel
 from brwsim.kernels.collect import ABORT
 from brwsim.kernels.select import lower_cut, within
+
+
+class Search(NamedTuple):
+    """One root's threshold search between its passes (:func:`after_pass`): the bracket
+    (``t_lo``, ``t_hi``) its cut-off lies in, the passes so far, the previous pass's count
+    of nodes within its threshold and that threshold (``prev`` = -1: none to learn the
+    worker's growth rate from), and whether the root's first pass fell short of P_max."""
+
+    t_lo: float
+    t_hi: float
+    passes: int
+    prev: int
+    t_prev: float
+    short: bool
+
+
+_NONE = np.int64(-1)        # Search.prev: no count to learn from
+
+
+@kernel
+def new_search():
+    """A root's :class:`Search` before its first pass."""
+    return Search(-np.inf, np.inf, np.int64(0), _NONE, 0.0, False)
 
 
 @kernel
@@ -90,10 +114,10 @@ def retarget(n, p_max, t, t_lo, t_hi, mode, rate):
 
 
 @kernel
-def after_pass(pos, dep, order, n, filled, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev,
-               short):
+def after_pass(pos, dep, order, n, filled, p_max, t, mode, flags, search):
     """Bookkeeping after a pass of ``n`` nodes (or ``ABORT``, its buffers full, the first
-    ``filled`` of them written) at ``t``, for a root's ``passes``-th pass.
+    ``filled`` of them written) at ``t``, the root's ``search.passes``-th pass (its
+    :class:`Search`).
 
     The pass is done only when P_max nodes lie at or below t itself (then every node
     tied with the P_max-th is within the pass's tie cut-off). The nodes a pass holds are
@@ -106,29 +130,32 @@ def after_pass(pos, dep, order, n, filled, p_max, t, t_lo, t_hi, mode, flags, pa
     bisects, and widens once the bracket has closed on a point. Otherwise
     :func:`retarget` steps or bisects. The
     worker's growth rate (``flags[2]``, :func:`_rate`) learns from this pass and the
-    previous one (``prev`` nodes at ``t_prev``); ``short``: the root's first pass fell
-    short. Returns (done, t, t_lo, t_hi, widen, passes, prev, t_prev, short).
+    previous one (``search.prev`` nodes at ``search.t_prev``). Returns (done, t, widen,
+    search): whether the root is done, the next pass's threshold, whether the caller
+    widens its buffers, and the search after this pass.
     """
+    t_lo, t_hi, passes, prev, t_prev, short = search
+    passes += 1
     if n == ABORT and filled >= p_max:
         v = lower_cut(pos, dep, order, filled, p_max)
         if v < t:
-            return False, v, t_lo, t, False, passes + 1, -1, t, short
-        return False, v, t_lo, np.inf, True, passes + 1, -1, t, short
+            return False, v, False, Search(t_lo, t, passes, _NONE, t, short)
+        return False, v, True, Search(t_lo, np.inf, passes, _NONE, t, short)
     if n == ABORT:                  # too few nodes kept to tell: bisect, widen at a point
         if t - t_lo > 1e-9 * max(1.0, abs(t)):
             t_new = 0.5 * (t_lo + t) if t_lo > -np.inf else t - 0.7
-            return False, t_new, t_lo, t, False, passes + 1, -1, t, short
-        return False, t, t_lo, t, True, passes + 1, -1, t, short
+            return False, t_new, False, Search(t_lo, t, passes, _NONE, t, short)
+        return False, t, True, Search(t_lo, t, passes, _NONE, t, short)
     core = n if n < p_max else within(pos, n, t)
-    if passes == 0:
+    if passes == 1:
         short = core < p_max
     elif prev >= 0:
         flags[2] = _rate(flags[2], t_prev, prev, t, core)
     if core < p_max <= n:
-        return (False, lower_cut(pos, dep, order, n, p_max), t, t_hi, False, passes + 1, core, t,
-                short)
+        return (False, lower_cut(pos, dep, order, n, p_max), False,
+                Search(t, t_hi, passes, core, t, short))
     done, t_new, t_lo, t_hi = retarget(core, p_max, t, t_lo, t_hi, mode, flags[2])
-    return done, t_new, t_lo, t_hi, False, passes + 1, core, t, short
+    return done, t_new, False, Search(t_lo, t_hi, passes, core, t, short)
 
 
 @kernel

@@ -25,6 +25,7 @@ context programs, n-grams, the LSTM, transformers) goes through the general ``di
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from brwsim.kernels import kernel
 from brwsim.kernels.closed import (GEOM_LOG_1MR, UNIFORM_LOGQ, ZIPF_FLOOR, ZIPF_S_HI, ZIPF_S_LO,
                                    closed_init, closed_next)
 from brwsim.kernels.dist import (CTX_NONE, GEOMETRIC, KIND_SLOT, ORDERSTAT, PEAKED, RANK, ROOT_DRAW,
-                                 UNIFORM, ZIPF, dist_init, dist_next, listed_next)
+                                 UNIFORM, ZIPF, closed_form, dist_init, dist_next, listed_next)
 from brwsim.kernels.orderstat import orderstat_child_empty
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.select import lower_cut, tie_cut
@@ -41,6 +42,40 @@ ABORT = -1              # a pass found more nodes than its buffers hold
 TOO_DEEP = -2           # a pass went deeper than its level buffers
 #: Hard limit on one pass's nodes (about 5 GB of buffers).
 MAX_NODES = 1 << 28
+
+
+class Nodes(NamedTuple):
+    """A pass's nodes, node i in slot i of each array (a slice from slot n on holds the nodes
+    of a later root of a forest): position S = -log p (``pos``), depth (``dep``, int32),
+    whether it is on the target's sampled path (``onpath``, int8), and the records a
+    continued pass reads (:func:`resume`; one more slot than ``pos``, the last the root's):
+    its key (``nkey``, uint64), the position of its first child not taken (``nxt``) and
+    that child's rank (``nrk``, int32). A pass holds at most ``pos.shape[0]`` nodes."""
+
+    pos: np.ndarray
+    dep: np.ndarray
+    onpath: np.ndarray
+    nkey: np.ndarray
+    nxt: np.ndarray
+    nrk: np.ndarray
+
+
+class Levels(NamedTuple):
+    """The depth-first walk's state, level d for the node of depth d it stands on: that
+    node's index (``own``; the root's is the records' last slot), key (``keys``), position
+    (``s_lev``), path state (``on_lev``: 0 off the path, 1 searching its sampled child, 2
+    found), path uniform and the probability of the children taken (``u_lev``, ``c_lev``),
+    and its distribution's level (``lf``, ``li``, ``head``: :mod:`brwsim.kernels.dist`)."""
+
+    own: np.ndarray
+    keys: np.ndarray
+    s_lev: np.ndarray
+    on_lev: np.ndarray
+    u_lev: np.ndarray
+    c_lev: np.ndarray
+    lf: np.ndarray
+    li: np.ndarray
+    head: np.ndarray
 
 
 @kernel
@@ -73,13 +108,17 @@ def top_bound(kinds, fpar, closed):
 
 
 @kernel
-def _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc, pos, dep, nkey,
-             nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+def _restart(law, closed, t, j, n_old, front, nodes, levels):
     """Set up the next start of a continued walk (:func:`walk_pass`): the first record from
     ``j`` on (-1: the root's) whose first child not taken lies at or below ``t``, its
     level made as it was left, its ranks before that child skipped (replayed where the
-    order has state). Returns (the record after it, its level), or (n_old, -1) if none.
+    order has state); ``front`` is the path frontier (fr, fu, fc). Returns (the record
+    after it, its level), or (n_old, -1) if none.
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    fr, fu, fc = front
+    pos, dep, _, nkey, nxt, nrk = nodes
+    own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = levels
     root = nkey.shape[0] - 1
     while j < n_old:
         if nxt[root if j < 0 else j] <= t:
@@ -104,8 +143,7 @@ def _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc
         c_lev[d] = fc
     # (dist_init sets up a closed-form level exactly as closed_init: the inline helpers
     # stay in the hot loop only, each inlined copy costs compile time)
-    dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, s_lev[d] - t,
-              d - 1 if i != root else ROOT_DRAW, 0)
+    dist_init(law, key, d, lf, li, head, s_lev[d] - t, d - 1 if i != root else ROOT_DRAW, 0)
     if closed and li[d, KIND_SLOT] != PEAKED:   # rank-indexed: skip the ranks before
         li[d, RANK] = nrk[i]
     else:                               # an order with state: replay them
@@ -127,10 +165,9 @@ def lattice(kinds, fpar):
 
 
 @kernel
-def walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, d, n_old, fr,
-          fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li,
-          head, p_stop, order):
-    """Depth-first pass at cut-off ``t`` (already a tie cut-off), appending nodes from index ``n``.
+def walk_pass(law, t, max_depth, n, d, n_old, front, nodes, levels, p_stop, order):
+    """Depth-first pass at cut-off ``t`` (already a tie cut-off), appending nodes from index ``n``
+    to ``nodes`` (:class:`Nodes`), walking ``levels`` (:class:`Levels`).
 
     Visits, children in rank order, every node with S <= t below the node whose
     distribution level ``d`` holds (d = -1: none), until that level is exhausted; then,
@@ -147,7 +184,7 @@ def walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth
     proves itself empty is never set up). Recording always costs less than a switch
     would in compile time (LLVM would compile the loop once per setting).
     ``own[d]`` is the node whose distribution level d holds (the root's records go to the
-    last slot). ``fr``, ``fu``, ``fc``: the path frontier, the node
+    last slot). ``front`` = (fr, fu, fc): the path frontier, the node
     still searching the target's sampled child (-2: none yet), its path uniform and the
     probability of the children it took; it moves when that node's walk finds the child.
 
@@ -160,10 +197,22 @@ def walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth
     first cut-off, for less work where that cut-off was high. ``order`` is the scratch
     of the selection. Not with records for :func:`resume` (their cut-offs would differ).
 
-    Returns (n, fr, fu, fc, low): the new node count (``ABORT`` beyond ``cap``,
+    Families of i.i.d. closed-form nodes (:func:`brwsim.kernels.dist.closed_form`) are read
+    through the inline ``closed_init`` / ``closed_next``, whose ``top``
+    (:func:`top_bound`) spares the set-up of nodes that can have no child below ``t``.
+
+    Returns (n, fr, fu, fc, low): the new node count (``ABORT`` beyond ``cap``, the length
+    of ``nodes.pos``,
     ``TOO_DEEP`` beyond the level buffers), the frontier, and the last v (+inf if the
     cut-off was never lowered): at least p_stop of the nodes lie at or below it.
     """
+    kinds, cw, fpar, ipar, data, cprog = law
+    fr, fu, fc = front
+    pos, dep, onpath, nkey, nxt, nrk = nodes
+    own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = levels
+    closed = closed_form(kinds, cprog)
+    top = top_bound(kinds, fpar, closed)
+    cap = pos.shape[0]
     n_levels = keys.shape[0]
     low = np.inf
     n_check = p_stop if p_stop > 0 else MAX_NODES + 1
@@ -245,12 +294,11 @@ def walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth
                 u_lev[d] = unit(purpose_key(ck, PATH), 0)
                 c_lev[d] = 0.0
             if not closed:
-                dist_init(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, sc - t, d - 1, rank)
+                dist_init(law, ck, d, lf, li, head, sc - t, d - 1, rank)
         # the walk below one start is done: the next record with a child in reach
         if n_old < 0:
             break
-        j, d = _restart(kinds, cw, fpar, ipar, data, cprog, closed, t, j, n_old, fr, fu, fc, pos,
-                        dep, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+        j, d = _restart(law, closed, t, j, n_old, (fr, fu, fc), nodes, levels)
         if d < 0:
             break
         base = d
@@ -258,23 +306,23 @@ def walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth
 
 
 @kernel
-def collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t, cap, max_depth,
-             pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head,
-             p_stop, order):
-    """Nodes with S <= tie_cut(t) below the root ``rkey`` into (pos, dep, onpath), in pre-order.
+def collect(law, rkey, root_mode, t, max_depth, nodes, levels, p_stop, order):
+    """Nodes with S <= tie_cut(t) below the root ``rkey`` into ``nodes``, in pre-order.
 
     ``root_mode`` is ROOT_DRAW (the root's context drawn from the stationary law) or
     ROOT_PRESET (already written into level 0 by the caller, for generation runs). The
-    per-level buffers (``keys`` .. ``head``) are never rebound here. With ``closed``
+    arrays of ``levels`` are never rebound here. For a closed-form family
     (:func:`brwsim.kernels.dist.closed_form`: i.i.d. nodes, closed-form components) the
     distributions are set up and read by the small inline ``closed_init`` / ``closed_next``
-    (the same state and numbers as ``dist_init`` / ``dist_next``); ``top`` is
-    :func:`top_bound`; the nodes' records for :func:`resume` are kept (:func:`walk_pass`).
+    (the same state and numbers as ``dist_init`` / ``dist_next``); the nodes' records for
+    :func:`resume` are kept (:func:`walk_pass`).
     ``p_stop`` > 0 lowers the cut-off as the pass goes (``order``: its scratch, see
     :func:`walk_pass`). Returns (n, frontier, u, c, low) as :func:`walk_pass`: the number of
-    nodes, ``ABORT`` if more than ``cap``, or ``TOO_DEEP`` if the tree is deeper than
+    nodes, ``ABORT`` if more than ``nodes.pos`` holds, or ``TOO_DEEP`` if the tree is deeper than
     the level buffers; the frontier; the lowered threshold (+inf: not lowered).
     """
+    own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = levels
+    nkey = nodes.nkey
     t = tie_cut(t)
     keys[0] = rkey
     s_lev[0] = 0.0
@@ -284,15 +332,12 @@ def collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey, root_mode, t,
     own[0] = nkey.shape[0] - 1
     nkey[nkey.shape[0] - 1] = rkey
     # (for a closed-form family, the same state as closed_init: see _restart)
-    dist_init(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, -t, root_mode, 0)
-    return walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, 0, 0, -1, -2,
-                 0.0, 0.0, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev,
-                 c_lev, lf, li, head, p_stop, order)
+    dist_init(law, rkey, 0, lf, li, head, -t, root_mode, 0)
+    return walk_pass(law, t, max_depth, 0, 0, -1, (-2, 0.0, 0.0), nodes, levels, p_stop, order)
 
 
 @kernel
-def resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n, fr, fu, fc, pos,
-            dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head):
+def resume(law, t, max_depth, n, front, nodes, levels):
     """Continue a recorded pass of ``n`` nodes to the higher threshold ``t``.
 
     For closed-form families only (:func:`brwsim.kernels.dist.closed_form`: a node's
@@ -302,10 +347,9 @@ def resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, max_depth, n
     cut-off is set up again, its ranks before that child skipped (replayed where the
     order has state), and the walk goes on from there (:func:`walk_pass`): the nodes added
     are exactly those with S in (old cut-off, new cut-off], appended after the others
-    (not in pre-order), and no node is collected twice. ``fr``, ``fu``, ``fc``: the
+    (not in pre-order), and no node is collected twice. ``front`` = (fr, fu, fc): the
     pass's path frontier. Returns (n, frontier, u, c) as :func:`walk_pass`.
     """
-    return walk_pass(kinds, cw, fpar, ipar, data, cprog, closed, top, tie_cut(t), cap, max_depth, n, -1,
-                 n, fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev,
-                 u_lev, c_lev, lf, li, head, 0, nrk)[:4]  # (no lowering: no scratch is read)
+    return walk_pass(law, tie_cut(t), max_depth, n, -1, n, front, nodes, levels, 0,
+                     nodes.nrk)[:4]     # (no lowering: no scratch is read)
 

@@ -71,16 +71,18 @@ def _pop(hx, hk, n):
 
 
 @kernel
-def _expand(kinds, cw, fpar, ipar, data, cprog, lf, li, head, key, x0, t_max, hx, hk, n,
-            work):
-    """Draw the distribution of node (key, x0) and push its children with S <= t_max.
+def _expand(law, scratch, key, x0, t_max, heap, n, work):
+    """Draw the distribution of node (key, x0) into the level ``scratch`` = (lf, li, head) and
+    push its children with S <= t_max onto ``heap`` = (hx, hk) of ``n`` entries.
 
     Every node of an i.i.d. family is drawn as a root (its distribution does not depend
     on its context). Returns the heap size, or -1 when the heap is full; adds the ranks
     generated (and an order-statistic law's exact head) to ``work[0]``.
     """
-    dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, x0 - t_max,
-              ROOT_DRAW, 0)
+    kinds, fpar, ipar, data = law.kinds, law.fpar, law.ipar, law.data
+    lf, li, head = scratch
+    hx, hk = heap
+    dist_init(law, key, 0, lf, li, head, x0 - t_max, ROOT_DRAW, 0)
     if kinds[li[0, COMP]] == ORDERSTAT:
         work[0] += ipar[li[0, COMP], OS_N_HEAD]     # its exact head is drawn up front
     cap = hx.shape[0]
@@ -157,20 +159,24 @@ def _minimise(ex, ee, n_ex, fx, fe, n_f, cum_u, cum_m, h, budget, lo, t_max):
 
 
 @njit_cached
-def conditioned_values(kinds, cw, fpar, ipar, data, cprog, lf, li, head, skey, n, expand,
-                       t_max, cum_u, cum_m, h, budgets, tau_fix, out_b, out_g, out_t, w, want_w,
-                       work):
-    """Per sampled root s and budget b: ``out_b[s, b] = min_tau G(tau)`` and
-    ``out_g[s, b] = G(tau_fix[b])`` (the control variate, whose mean is at most the
-    unconditioned bound at ``tau_fix[b]``); ``out_t[s, b]`` is the minimising tau.
+def conditioned_values(law, scratch, skey, n, expand, t_max, renewal, budgets, tau_fix, out,
+                       weights, work):
+    """Per sampled root s and budget b: ``out[0, s, b] = min_tau G(tau)`` and
+    ``out[1, s, b] = G(tau_fix[b])`` (the control variate, whose mean is at most the
+    unconditioned bound at ``tau_fix[b]``); ``out[2, s, b]`` is the minimising tau.
 
-    Roots are ``root_key(skey, s)``; ``budgets`` ascending; ``lf``, ``li``, ``head`` one
-    level of scratch. With ``want_w`` the frontier weights of both values on the renewal
-    sums are accumulated into ``w[b, 0:2]`` (at the minimiser) and ``w[b, 2:4]`` (at
+    Roots are ``root_key(skey, s)``, each tree drawn by expanding ``expand`` nodes best
+    first, children within ``t_max``; ``renewal`` = (cum_u, cum_m, h) the renewal sums on
+    their grid of step h; ``budgets`` ascending; ``scratch`` = (lf, li, head) one level.
+    With ``weights`` = (w, True) the frontier weights of both values on the renewal sums
+    are accumulated into ``w[b, 0:2]`` (at the minimiser) and ``w[b, 2:4]`` (at
     ``tau_fix``). ``work[0]`` counts the ranks generated (for the caller's sample size).
     Returns the largest frontier seen, or -1 (the outputs incomplete) when a root has
     more than :data:`MAX_FRONTIER`.
     """
+    cum_u, cum_m, h = renewal
+    out_b, out_g, out_t = out[0], out[1], out[2]
+    w, want_w = weights
     n_b = budgets.shape[0]
     cap = 1024
     hx = np.empty(cap)
@@ -180,8 +186,7 @@ def conditioned_values(kinds, cw, fpar, ipar, data, cprog, lf, li, head, skey, n
     for s in range(n):
         key = root_key(skey, np.uint64(s))
         while True:
-            m = _expand(kinds, cw, fpar, ipar, data, cprog, lf, li, head, key, 0.0, t_max,
-                        hx, hk, 0, work)
+            m = _expand(law, scratch, key, 0.0, t_max, (hx, hk), 0, work)
             n_ex = 0
             while n_ex < expand - 1 and m > 0:
                 x = hx[0]
@@ -189,8 +194,7 @@ def conditioned_values(kinds, cw, fpar, ipar, data, cprog, lf, li, head, skey, n
                 m = _pop(hx, hk, m)
                 ex[n_ex] = x            # popped in ascending order of S
                 n_ex += 1
-                m = _expand(kinds, cw, fpar, ipar, data, cprog, lf, li, head, kk, x, t_max,
-                            hx, hk, m, work)
+                m = _expand(law, scratch, kk, x, t_max, (hx, hk), m, work)
                 if m < 0:
                     break
             if m >= 0:

@@ -64,14 +64,16 @@ def closed_form(kinds, cprog):
 
 
 @kernel
-def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq, pd, rank):
+def dist_init(law, key, d, lf, li, head, min_logq, pd, rank):
     """Set up level ``d`` with the distribution of the node whose key is ``key``.
 
+    ``law`` is the family's :class:`~brwsim.kernels.spec.Law`.
     ``pd`` is the parent's level (its context is the input of this node's), or ROOT_DRAW /
     ROOT_PRESET for a root; ``rank`` is the node's rank among its parent's children.
     ``min_logq`` is the caller's cut-off: ranks with a smaller log-probability will not
     be used, so a family may mark the level EMPTY once it proves none reaches it.
     """
+    kinds, cw, fpar, ipar, data, cprog = law
     dk = purpose_key(key, DIST)
     if cprog[0] == CTX_NONE:            # i.i.d. nodes: node_context's first case, without a call
         li[d, CTX_I] = 0
@@ -91,11 +93,10 @@ def dist_init(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, min_logq
     if is_closed(kind):
         closed_level_init(fpar, ipar, data, kind, c, dk, d, lf, li, 0.0, np.inf)
     else:
-        _lazy_init(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank,
-                   u_ctx)
+        _lazy_init(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx)
 
 
-def _lazy_init(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+def _lazy_init(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
     """Set up a level of a kind that is not a closed form; compiled (inline) only into the
     kernels of families that may have one: a closed-kinds family (``CLOSED_KINDS``) has
     none, and its kernels hold none of the order-statistics, Dirichlet, entropy or
@@ -103,16 +104,22 @@ def _lazy_init(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min
     raise NotImplementedError("only called from numba kernels")
 
 
+def _group(law) -> types.Type | None:
+    """The numba dtype of a law's ``kinds`` (its kind group), or None for another type."""
+    if isinstance(law, types.BaseTuple) and isinstance(law.types[0], types.Array):
+        return law.types[0].dtype
+    return None
+
+
 @overload(_lazy_init, inline="always", jit_options={"_nrt": False})
-def _lazy_init_impl(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank,
-                    u_ctx):
-    if isinstance(kinds, types.Array) and kinds.dtype == types.int16:      # CLOSED_KINDS
-        def closed_only(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd,
-                        rank, u_ctx):
+def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+    if _group(law) == types.int16:      # CLOSED_KINDS
+        def closed_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
             li[d, LISTED] = 0             # unreachable: every component is closed
         return closed_only
 
-    def lazy(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+    def lazy(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+        fpar, ipar, data = law.fpar, law.ipar, law.data
         if kind == ORDERSTAT:
             orderstat_level_init(data, fpar, ipar, c, dk, d, lf, li, head, min_logq)
         elif kind == DIRICHLET:
@@ -120,7 +127,7 @@ def _lazy_init_impl(kinds, kind, c, fpar, ipar, data, cprog, dk, d, lf, li, head
         elif kind == ENTROPY:
             entropy_init(ipar, data, c, dk, d, lf, li, u_ctx)
         elif is_contextual(kind):
-            _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank)
+            _contextual_init(law, kind, c, d, li, head, min_logq, pd, rank)
     return lazy
 
 
@@ -141,19 +148,20 @@ def kinds_dtype(kinds) -> type:
     return CONTEXTUAL_KINDS if contextual else (CLOSED_KINDS if closed else PLAIN_KINDS)
 
 
-def _contextual_init(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+def _contextual_init(law, kind, c, d, li, head, min_logq, pd, rank):
     """Set up an NGRAM, LSTM or TRANSFORMER level (a plain-kinds family has none: never called)."""
     raise NotImplementedError("only called from numba kernels")
 
 
 @overload(_contextual_init, jit_options={"_nrt": False})
-def _contextual_init_impl(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
-    if not (isinstance(kinds, types.Array) and kinds.dtype == types.int32):
-        def plain(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+def _contextual_init_impl(law, kind, c, d, li, head, min_logq, pd, rank):
+    if _group(law) != types.int32:
+        def plain(law, kind, c, d, li, head, min_logq, pd, rank):
             li[d, LISTED] = 0             # unreachable: a plain family has no such component
         return plain
 
-    def contextual(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+    def contextual(law, kind, c, d, li, head, min_logq, pd, rank):
+        fpar, ipar, data, cprog = law.fpar, law.ipar, law.data, law.cprog
         if kind == NGRAM:
             # ranks sorted into head[d, :V], their tokens into head[d, V:]
             li[d, LISTED] = ngram_init(data, ipar[c, DATA_OFF], fpar[c, NGRAM_BETA], li[d, CTX_I],
@@ -161,16 +169,16 @@ def _contextual_init_impl(kinds, kind, c, fpar, ipar, data, cprog, d, li, head, 
         elif kind == LSTM:
             # ranks into head[d, :V], their classes into head[d, V:], the state after them
             n_list = li[pd, LISTED] if pd >= 0 else 0
-            li[d, LISTED] = net_init(True, data, ipar[c, DATA_OFF], fpar[c, LSTM_BETA],
-                                     fpar[c, LSTM_CARRY], 0.0, 0, cprog, d, pd, pd == ROOT_DRAW,
-                                     rank, n_list, min_logq, head, li[d, CTX_I])
+            net = (data, ipar[c, DATA_OFF], fpar[c, LSTM_BETA], fpar[c, LSTM_CARRY], 0.0, 0)
+            li[d, LISTED] = net_init(True, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                     min_logq, head, li[d, CTX_I])
         else:
             # TRANSFORMER: ranks and their tokens, the cache after them
             n_list = li[pd, LISTED] if pd >= 0 else 0
-            li[d, LISTED] = net_init(False, data, ipar[c, DATA_OFF], fpar[c, TF_BETA],
-                                     fpar[c, TF_CARRY], fpar[c, TF_WINDOW], ipar[c, TF_SLOTS],
-                                     cprog, d, pd, pd == ROOT_DRAW, rank, n_list, min_logq, head,
-                                     li[d, CTX_I])
+            net = (data, ipar[c, DATA_OFF], fpar[c, TF_BETA], fpar[c, TF_CARRY],
+                   fpar[c, TF_WINDOW], ipar[c, TF_SLOTS])
+            li[d, LISTED] = net_init(False, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                     min_logq, head, li[d, CTX_I])
     return contextual
 
 

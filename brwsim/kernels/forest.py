@@ -16,13 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.aim import AIM_REPEAT, AIM_TIES, after_pass, aim, start_threshold, tune
-from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP, collect, top_bound
-from brwsim.kernels.dist import CTX_F, CTX_I, ROOT_DRAW, closed_form
+from brwsim.kernels.aim import (AIM_REPEAT, AIM_TIES, after_pass, aim, new_search, start_threshold,
+                               tune)
+from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP, Nodes, collect
+from brwsim.kernels.dist import CTX_F, CTX_I, ROOT_DRAW
 from brwsim.kernels.rng import mix, root_key
 from brwsim.kernels.select import score_nested
-from brwsim.kernels.tree import (HUGE_TIE, T_LIMIT, TOO_FEW, WS_DEP, WS_FLAGS, WS_ONPATH, WS_ORDER,
-                                 WS_POS, WS_SEL, grow_tree, new_levels, new_workspace, wider_buffers)
+from brwsim.kernels.spec import Out
+from brwsim.kernels.tree import (HUGE_TIE, T_LIMIT, TOO_FEW, deeper_levels, grow_tree,
+                                 new_workspace, wider_buffers)
 
 _BATCH = np.uint64(0x3C6EF372FE94F82B)     # purpose: iteration root -> request roots
 _REQUEST = np.uint64(0xA54FF53A5F1D36F1)   # odd multiplier of the request index
@@ -54,9 +56,9 @@ def split_budgets(budgets, batch):
 
 
 @njit_cached
-def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, max_depth, t, ws,
-                starts, acc_out, exp_out, dep_out, col):
-    """The optimal allocations of every budget over the roots ``rkeys``, into column ``col``.
+def grow_forest(law, head_cap, rkeys, budgets, max_depth, t, ws, starts, out, col):
+    """The optimal allocations of every budget over the roots ``rkeys``, into column ``col``
+    of ``out`` (:class:`~brwsim.kernels.spec.Out`).
 
     Outputs are forest totals (accepted nodes on the requests' sampled paths, E[sum X | F])
     and the deepest node of the forest. ``starts`` (len(rkeys) + 1) receives each root's
@@ -64,77 +66,71 @@ def grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets, ma
     visited, next threshold, workspace, nodes of the final pass) or a negative status as
     :func:`grow_tree`.
     """
-    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags, lv) = ws
+    flags = ws.flags
     n_roots = rkeys.shape[0]
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth
-    closed = closed_form(kinds, cprog)
-    cap = pos.shape[0]
-    top = top_bound(kinds, fpar, closed)
+    cap = ws.nodes.pos.shape[0]
     mode = AIM_TIES if flags[0] == 1.0 else AIM_REPEAT
-    passes = 0
-    short = False
-    prev = -1
-    t_prev = 0.0
+    search = new_search()
     visited = 0
-    t_lo = -np.inf
-    t_hi = np.inf
     while True:
         n = 0
         status = 0
+        nodes = ws.nodes
         for r in range(n_roots):
             starts[r] = n
-            li[0, CTX_I] = 0
-            lf[0, CTX_F] = 0.0
-            k = collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkeys[r], ROOT_DRAW, t,
-                         cap - n, cut, pos[n:], dep[n:], onpath[n:], nkey[n:], nxt[n:], nrk[n:],
-                         own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, 0, order)[0]
+            ws.levels.li[0, CTX_I] = 0
+            ws.levels.lf[0, CTX_F] = 0.0
+            rest = Nodes(nodes.pos[n:], nodes.dep[n:], nodes.onpath[n:], nodes.nkey[n:],
+                         nodes.nxt[n:], nodes.nrk[n:])      # root r's nodes from slot n on
+            k = collect(law, rkeys[r], ROOT_DRAW, t, cut, rest, ws.levels, 0, ws.order)[0]
             if k < 0:
                 status = k
                 break
             n += k
         starts[n_roots] = n
         if status == TOO_DEEP:
-            keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(2 * keys.shape[0], head_cap)
-            own = np.empty(keys.shape[0], np.int64)
+            ws = deeper_levels(ws, head_cap)
             continue
         if status == ABORT:
             n = ABORT
         visited += cap if n == ABORT else n
-        done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = after_pass(
-            pos, dep, order, n, cap, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev,
-            short)
+        done, t, widen, search = after_pass(ws.nodes.pos, ws.nodes.dep, ws.order, n, cap, p_max,
+                                            t, mode, flags, search)
         if widen:
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, ws, 0  # (the caller stops: an error)
             cap *= 2
-            pos, dep, onpath, order, nkey, nxt, nrk, lv, sel = wider_buffers(cap)
+            ws = wider_buffers(ws, cap)
         if done:
             break
         if t > T_LIMIT:
             return TOO_FEW, t, ws, 0   # (the caller stops: an error)
-    if score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out, dep_out, col,
-                     flags[0] == 1.0)[1] > 1:
+    nodes = ws.nodes
+    if score_nested(n, nodes.pos, nodes.dep, nodes.onpath, ws.order, ws.sel, budgets, out.acc,
+                    out.exp, out.dep, col, flags[0] == 1.0)[1] > 1:
         flags[0] = 1.0              # exact ties: aim as for them (see grow_tree)
-    flags[1] = tune(flags[1], short, mode)
-    ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
-          nrk, own, flags, lv)
+    flags[1] = tune(flags[1], search.short, mode)
     return visited, aim(n, p_max, t, mode, flags[1], flags[2]), ws, n
 
 
 @njit_cached
-def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudgets, max_depth, ws,
-                    starts, ws1, t1, tmp_acc, tmp_exp, tmp_dep, acc_out, exp_out, col):
-    """Equal split: each request's own optimal tree of sbudgets[r] nodes, summed into ``col``.
+def split_from_pass(law, head_cap, rkeys, sbudgets, max_depth, ws, starts, ws1, t1, tmp, out,
+                    col):
+    """Equal split: each request's own optimal tree of sbudgets[r] nodes, summed into column
+    ``col`` of ``out`` (accepted and expected only).
 
     Reads root r's nodes from the forest pass in ``ws`` (segment starts[r]:starts[r+1])
     when it holds at least sbudgets[r, -1] of them; otherwise grows root r alone with the
-    workspace ``ws1`` and threshold ``t1``. Returns (nodes visited by extra passes, t1,
+    workspace ``ws1`` and threshold ``t1``; ``tmp`` (an :class:`~brwsim.kernels.spec.Out`
+    of one column) holds one request's scores. Returns (nodes visited by extra passes, t1,
     ws1) or a negative status.
     """
-    pos, dep, onpath, order = ws[WS_POS], ws[WS_DEP], ws[WS_ONPATH], ws[WS_ORDER]
-    sel, flags = ws[WS_SEL], ws[WS_FLAGS]
+    pos, dep, onpath = ws.nodes.pos, ws.nodes.dep, ws.nodes.onpath
+    order, sel, flags = ws.order, ws.sel, ws.flags
+    tmp_acc, tmp_exp, tmp_dep = tmp
+    acc_out, exp_out = out.acc, out.exp
     m = sbudgets.shape[1]
     for b in range(m):
         acc_out[b, col] = 0
@@ -152,8 +148,8 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
         else:
             if not t1 == t1:
                 t1 = start_threshold(need)
-            v, t1, ws1 = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys[r], ROOT_DRAW,
-                                   0, 0.0, sbudgets[r], max_depth, t1, ws1, tmp_acc, tmp_exp, tmp_dep, 0)
+            v, t1, ws1 = grow_tree(law, head_cap, rkeys[r], ROOT_DRAW, 0, 0.0, sbudgets[r],
+                                   max_depth, t1, ws1, tmp, 0)
             if v < 0:
                 return v, t1, ws1
             visited += v
@@ -164,9 +160,10 @@ def split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sbudget
 
 
 @njit_cached
-def forest_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, batch, budgets,
-                 max_depth, t_start, split, acc_out, exp_out, dep_out, acc_split, exp_split):
-    """Forests of ``batch`` roots for iterations it0 .. it0 + n_it - 1, with the equal split.
+def forest_chunk(law, head_cap, seed_key, it0, n_it, batch, budgets, max_depth, t_start, split,
+                 out, out_split):
+    """Forests of ``batch`` roots for iterations it0 .. it0 + n_it - 1 into ``out``, with the
+    equal split into ``out_split`` (:class:`~brwsim.kernels.spec.Out`; its depth unwritten).
 
     Returns (nodes visited by the shared passes, nodes visited by the split's extra
     passes, final threshold), or a negative status in the first slot. With ``split``
@@ -177,9 +174,7 @@ def forest_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_
     sb = split_budgets(budgets, batch)
     ws1 = new_workspace(max(sb[0, sb.shape[1] - 1], 1), head_cap)
     m = budgets.shape[0]
-    tmp_acc = np.empty((m, 1), np.int32)
-    tmp_exp = np.empty((m, 1))
-    tmp_dep = np.empty((m, 1), np.int32)
+    tmp = Out(np.empty((m, 1), np.int32), np.empty((m, 1)), np.empty((m, 1), np.int32))
     rkeys = np.empty(batch, np.uint64)
     starts = np.empty(batch + 1, np.int64)
     t = t_start
@@ -189,15 +184,13 @@ def forest_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_
     for col in range(n_it):
         for r in range(batch):
             rkeys[r] = request_key(seed_key, it0 + col, r)
-        v, t, ws, n = grow_forest(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, budgets,
-                                  max_depth, t, ws, starts, acc_out, exp_out, dep_out, col)
+        v, t, ws, n = grow_forest(law, head_cap, rkeys, budgets, max_depth, t, ws, starts, out, col)
         if v < 0:
             return v, 0, t
         visited += v
         if split:
-            v1, t1, ws1 = split_from_pass(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, sb,
-                                          max_depth, ws, starts, ws1, t1, tmp_acc, tmp_exp, tmp_dep,
-                                          acc_split, exp_split, col)
+            v1, t1, ws1 = split_from_pass(law, head_cap, rkeys, sb, max_depth, ws, starts, ws1, t1,
+                                          tmp, out_split, col)
             if v1 < 0:
                 return v1, 0, t
             visited1 += v1

@@ -154,15 +154,13 @@ def level_pass(fpar, ipar, data, rkey, t, cap, cut, top, pos, dep, onpath, lv):
         if n + tot > cap:
             return ABORT
         d += 1
-        m = _children(eS, es, eL, eoff, owner, ne, tot, n, d, d < cut, t, top, pos, dep, onpath,
-                      gp, grk, gS)
+        m = _children(lv, ne, tot, n, d, d < cut, t, top, pos, dep, onpath)
         pm = -1                          # the path node's sampled child among the candidates
         if pe >= 0:
             pm = _path_child(eS[pe], es[pe], eL[pe], pu, eoff[pe], eoff[pe + 1] - eoff[pe], pe, n,
                              onpath, gp, grk, m)
         n += tot
-        ne, pe = _set_up(data, off, n_int, s_lo, s_w, inv_h, t, ekey, eS, es, eL, gp, grk, gS,
-                         tkey, tu, tj, m, pm)
+        ne, pe = _set_up((data, off, n_int, s_lo, s_w, inv_h), t, lv, m, pm)
         if pe >= 0:
             pu = unit(purpose_key(ekey[pe], PATH), 0)
     return n
@@ -190,12 +188,12 @@ def _counts(eS, es, eL, ne, t, vocab, eoff):
 
 
 @kernel
-def _children(eS, es, eL, eoff, owner, ne, tot, n, d, deep, t, top, pos, dep, onpath, gp, grk,
-              gS):
+def _children(lv, ne, tot, n, d, deep, t, top, pos, dep, onpath):
     """The level's ``tot`` children at pos[n:], depth ``d``, with their owners (a running
     maximum over the owners' first slots); those that may have children of their own
     (``deep`` and rank 0 not beyond t by ``top``) are appended, in owner then rank order,
-    to the candidates (gp, grk, gS): returns their number."""
+    to the candidates (gp, grk, gS of ``lv``, :func:`level_buffers`): returns their number."""
+    _, eS, es, eL, eoff, owner, gp, grk, gS, _, _, _ = lv
     for k in range(tot + 1):
         owner[k] = -1
     for e in range(ne):
@@ -238,12 +236,14 @@ def _path_child(S, s, L, u, first, count, e, n, onpath, gp, grk, m):
 
 
 @kernel
-def _set_up(data, off, n_int, s_lo, s_w, inv_h, t, ekey, eS, es, eL, gp, grk, gS, tkey, tu, tj, m,
-            pm):
+def _set_up(zipf, t, lv, m, pm):
     """The next level: the ``m`` candidates' keys and uniforms (a loop LLVM vectorises), their
     exponents' intervals, and those whose interval floor keeps rank 0 at or below t kept,
-    with their normalisers. Returns (its nodes, the index of candidate ``pm`` among them or
-    -1)."""
+    with their normalisers. ``zipf`` = (data, off, n_int, s_lo, s_w, inv_h): the family's
+    exponent range and normaliser spline. Returns (its nodes, the index of candidate ``pm``
+    among them or -1)."""
+    data, off, n_int, s_lo, s_w, inv_h = zipf
+    ekey, eS, es, eL, _, _, gp, grk, gS, tkey, tu, tj = lv
     for k in range(m):
         tkey[k] = ekey[gp[k]]
     for k in range(m):

@@ -672,8 +672,11 @@ def _listed(data, o, beta, row, head, min_logq):
 
 
 @kernel
-def lstm_init(data, o, beta, carry, cprog, d, pd, draw, rank, n_list, min_logq, head, start):
+def lstm_init(net, cprog, d, pd, draw, rank, n_list, min_logq, head, start):
     """Set up the node of level ``d``: its state, then its listed ranks; returns their number.
+
+    ``net`` = (data, o, beta, carry): the weights' block (in ``data`` from offset ``o``),
+    the inverse temperature and the characters a state carries past the window.
 
     A node keeps its last W classes (W = cprog[2], textgenrnn's window) and g, the number
     of characters its state carries beyond them. ``pd >= 0``: the parent's level (with
@@ -685,6 +688,7 @@ def lstm_init(data, o, beta, carry, cprog, d, pd, draw, rank, n_list, min_logq, 
     starting at ``start``, g = 0. Otherwise (ROOT_PRESET) the state, the classes and g are
     already in ``head[d]``. So g = depth mod (carry + 1) below a drawn root.
     """
+    data, o, beta, carry = net
     nc = int(data[o])
     u = int(data[o + 2])
     f = 2 * (nc - 1) + _state_width(nc, u)

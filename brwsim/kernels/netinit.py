@@ -73,11 +73,13 @@ def _data(typingctx, arr):
 
 
 @inline_kernel
-def net_init(lstm, data, o, beta, carry, window, slots, cprog, d, pd, draw, rank, n_list,
-             min_logq, head, start):
+def net_init(lstm, net, cprog, d, pd, draw, rank, n_list, min_logq, head, start):
     """:func:`~brwsim.kernels.lstm.lstm_init` (``lstm``, which ignores ``window`` and
     ``slots``) or :func:`~brwsim.kernels.transformer.transformer_init`, called through
-    :data:`SYMBOL`; the same arguments, and the listed count."""
+    :data:`SYMBOL`; ``net`` = (data, o, beta, carry, window, slots), the other arguments
+    theirs; returns the listed count. (The C function behind the symbol takes its
+    arguments one by one: a C signature holds scalars and pointers only.)"""
+    data, o, beta, carry, window, slots = net
     return _EXTERNAL(1 if lstm else 0, _data(data), data.shape[0], _data(cprog), cprog.shape[0],
                      _data(head), head.shape[0], head.shape[1], o, beta, carry, window, slots,
                      d, pd, 1 if draw else 0, rank, n_list, min_logq, start)
@@ -91,9 +93,9 @@ def _compile():
         cprog = _carray(cprog_p, (cprog_n,))
         head = _carray(head_p, (rows, cols))
         if lstm:
-            return lstm_init(data, o, beta, carry, cprog, d, pd, draw != 0, rank, n_list,
+            return lstm_init((data, o, beta, carry), cprog, d, pd, draw != 0, rank, n_list,
                              min_logq, head, start)
-        return transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw != 0,
+        return transformer_init((data, o, beta, carry, window, slots), cprog, d, pd, draw != 0,
                                 rank, n_list, min_logq, head, start)
 
     with caching_here():

@@ -25,18 +25,26 @@ policy selects by estimate and scores by truth.
 Environment access goes through :func:`_init_node` and :func:`_next_logq` only: every
 node is set up without a cut-off (a policy may use any rank), with its parent's level as
 its context.
+
+Every chunk kernel takes ``(law, head_cap, roots, <its own parameters>, budgets, out)``:
+the family's :class:`~brwsim.kernels.spec.Law`, the width of a level's head, the chunk's
+:class:`~brwsim.kernels.spec.Roots` and its :class:`~brwsim.kernels.spec.Out` (column i
+for root i). The buffers a kernel allocates travel to its helpers as the named tuples
+below (:class:`StaticLevels`, :class:`EagleCands`, :class:`EagleRows`,
+:class:`NoisyLevels`, :class:`Collected`, :class:`Noise`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
-from brwsim.kernels.aim import AIM_TIES, after_pass, aim
+from brwsim.kernels.aim import AIM_TIES, Search, after_pass, aim
 from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
 from brwsim.kernels.select import accumulate, before, select, select_by, select_nested, tie_cut
 from brwsim.kernels.tree import first_levels, new_levels, node_buffers
@@ -48,16 +56,112 @@ HEAD_K = 64          # ranks of a node the noisy drafter scores individually
 _MASS_EPS = 1e-13    # 1 - (sum of <= HEAD_K probabilities) below this is rounding noise
 
 
+class StaticLevels(NamedTuple):
+    """A static shape's walk, level d for the last visited node of depth d: its key
+    (``keys``), true position (``s_lev``), path state (``on_lev``: 0 off the path, 1
+    searching its sampled child, 2 found), path uniform and probability of the ranks
+    generated (``u_lev``, ``c_lev``), next rank to generate (``r_lev``), sampled child's
+    rank once found (``p_lev``) and its distribution's level (``lf``, ``li``, ``head``:
+    :mod:`brwsim.kernels.dist`)."""
+
+    keys: np.ndarray
+    s_lev: np.ndarray
+    on_lev: np.ndarray
+    u_lev: np.ndarray
+    c_lev: np.ndarray
+    r_lev: np.ndarray
+    p_lev: np.ndarray
+    lf: np.ndarray
+    li: np.ndarray
+    head: np.ndarray
+
+
+class EagleCands(NamedTuple):
+    """EAGLE candidates in generation order, candidate i in slot i: true position
+    -log q(path) (``pos``), depth (``dep``, int32), whether it is on the sampled path
+    (``onpath``, int8), key (``ckey``), rank among its parent's children (``crank``) and
+    its parent's level row (``crow``)."""
+
+    pos: np.ndarray
+    dep: np.ndarray
+    onpath: np.ndarray
+    ckey: np.ndarray
+    crank: np.ndarray
+    crow: np.ndarray
+
+
+class EagleRows(NamedTuple):
+    """The distributions' levels (``lf``, ``li``, ``head``: :mod:`brwsim.kernels.dist`) of
+    an EAGLE tree's expanded nodes, one row each: row 0 the root, then expansion order."""
+
+    lf: np.ndarray
+    li: np.ndarray
+    head: np.ndarray
+
+
+class Noise(NamedTuple):
+    """The noisy drafter: noise scale at depth 1 (``sigma``), its growth with depth
+    (``gamma``), the exponent of the true probabilities (``beta`` = 1 / T), whether the
+    estimates are the truth (``exact``: sigma 0 and beta 1) and the head ranks it scores
+    individually (``kh``)."""
+
+    sigma: float
+    gamma: float
+    beta: float
+    exact: bool
+    kh: int
+
+
+class Collected(NamedTuple):
+    """Nodes of a best-first pass by a drafter's estimate, node i in slot i, in pre-order:
+    estimated position (``est``), true position -log q(path) (``pos``), depth (``dep``,
+    int32) and whether it is on the sampled path (``onpath``, int8). A pass holds at most
+    ``est.shape[0]`` nodes."""
+
+    est: np.ndarray
+    pos: np.ndarray
+    dep: np.ndarray
+    onpath: np.ndarray
+
+
+class NoisyLevels(NamedTuple):
+    """The noisy drafter's walk, level d for the node of depth d it stands on: its key
+    (``keys``), estimated and true positions (``s_lev``, ``t_lev``), path state (``on_lev``
+    as in :class:`StaticLevels`), path uniform and probability of the ranks read
+    (``u_lev``, ``c_lev``), sampled child's rank once found (``p_lev``), next rank to scan
+    (``r_lev``), ranks buffered (``g_lev``), the tail's estimate offset (``z_lev``), the
+    largest head estimate (``h_lev``), the buffered true log q of ranks 0..kh (``lqb``),
+    the head's estimates (``leb``) and its distribution's level (``lf``, ``li``, ``head``)."""
+
+    keys: np.ndarray
+    s_lev: np.ndarray
+    t_lev: np.ndarray
+    on_lev: np.ndarray
+    u_lev: np.ndarray
+    c_lev: np.ndarray
+    p_lev: np.ndarray
+    r_lev: np.ndarray
+    g_lev: np.ndarray
+    z_lev: np.ndarray
+    h_lev: np.ndarray
+    lqb: np.ndarray
+    leb: np.ndarray
+    lf: np.ndarray
+    li: np.ndarray
+    head: np.ndarray
+
+
 # ---------------------------------------------------------------------------------------
 # Environment access (the only calls into brwsim.kernels.dist)
 
 @kernel
-def _init_node(kinds, cw, fpar, ipar, data, cprog, key, row, lf, li, head, prow, rank):
+def _init_node(law, key, row, lf, li, head, prow, rank):
     """Set up level ``row`` for the node ``key``, child of rank ``rank`` of level ``prow``.
 
-    ``prow`` is ROOT_DRAW for a root. No cut-off: a policy may ask for any rank.
+    ``prow`` is the root's context mode (ROOT_DRAW or ROOT_PRESET) for a root. No cut-off:
+    a policy may ask for any rank.
     """
-    dist_init(kinds, cw, fpar, ipar, data, cprog, key, row, lf, li, head, NEG_INF, prow, rank)
+    dist_init(law, key, row, lf, li, head, NEG_INF, prow, rank)
 
 
 @kernel
@@ -84,24 +188,26 @@ def _next_logq(fpar, ipar, data, key, row, lf, li, head):
 # Static shapes
 
 @kernel
-def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sdep, srank, sleaf,
-                 pos, dep, onpath,
-                 keys, s_lev, on_lev, u_lev, c_lev, r_lev, p_lev, lf, li, head):
-    """Positions, depths and path flags of a pre-order shape below the root ``rkey``.
+def _static_tree(law, roots, col, sdep, srank, sleaf, pos, dep, onpath, lev):
+    """Positions, depths and path flags of a pre-order shape below root ``col`` of ``roots``.
 
-    Level d holds the last visited node of depth d; ``r_lev[d]`` is its next rank to
-    generate, ``on_lev[d]`` 0 off the path, 1 on it (sampled child not yet found), 2 found
-    (``p_lev[d]`` its rank). A child of probability 0 (past the vocabulary) gets S = inf.
+    Level d of ``lev`` (:class:`StaticLevels`) holds the last visited node of depth d;
+    ``r_lev[d]`` is its next rank to generate, ``on_lev[d]`` 0 off the path, 1 on it
+    (sampled child not yet found), 2 found (``p_lev[d]`` its rank). A child of probability
+    0 (past the vocabulary) gets S = inf.
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    keys, s_lev, on_lev, u_lev, c_lev, r_lev, p_lev, lf, li, head = lev
+    rkey = roots.keys[col]
     keys[0] = rkey
     s_lev[0] = 0.0
     on_lev[0] = 1
     u_lev[0] = unit(purpose_key(rkey, PATH), 0)
     c_lev[0] = 0.0
     r_lev[0] = 0
-    li[0, CTX_I] = rci
-    lf[0, CTX_F] = rcf
-    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, rmode, 0)
+    li[0, CTX_I] = roots.ci[col]
+    lf[0, CTX_F] = roots.cf[col]
+    _init_node(law, rkey, 0, lf, li, head, roots.mode, 0)
     for i in range(sdep.shape[0]):
         d = sdep[i]
         p = d - 1
@@ -131,22 +237,23 @@ def _static_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sdep
                 u_lev[d] = unit(purpose_key(ck, PATH), 0)
                 c_lev[d] = 0.0
             if sc < np.inf:
-                _init_node(kinds, cw, fpar, ipar, data, cprog, ck, d, lf, li, head, p, r)
+                _init_node(law, ck, d, lf, li, head, p, r)
 
 
 @njit_cached
-def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, rhead,
-                 sdep, srank, sleaf, sorder, budgets, acc_out, exp_out, dep_out):
-    """A static shape below each root ``rkeys[i]``, scored into column i of the outputs.
+def static_chunk(law, head_cap, roots, sdep, srank, sleaf, sorder, budgets, out):
+    """A static shape below each root ``roots.keys[i]``, scored into column i of ``out``.
 
-    Roots: ``rmode`` ROOT_DRAW (context from the stationary law) or ROOT_PRESET (context
-    ``rci[i]``, ``rcf[i]`` and, if ``rhead`` has rows, head row ``rhead[i]``: a family's
-    recurrent state), as for every policy kernel here.
+    Roots: ``roots.mode`` ROOT_DRAW (context from the stationary law) or ROOT_PRESET
+    (context ``roots.ci[i]``, ``roots.cf[i]`` and, if ``roots.head`` has rows, head row
+    ``roots.head[i]``: a family's recurrent state), as for every policy kernel here.
 
     ``sdep``, ``srank``, ``sleaf`` describe the shape in pre-order (children in rank
     order); ``sorder[j]`` is the pre-order index of the node of priority j; ``budgets``
     is non-decreasing and at most the shape's size.
     """
+    rkeys, rhead = roots.keys, roots.head
+    acc_out, exp_out, dep_out = out
     n = sdep.shape[0]
     n_levels = 1
     for i in range(n):
@@ -154,14 +261,13 @@ def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(n_levels, head_cap)
     r_lev = np.empty(n_levels, np.int64)
     p_lev = np.empty(n_levels, np.int64)
+    lev = StaticLevels(keys, s_lev, on_lev, u_lev, c_lev, r_lev, p_lev, lf, li, head)
     pos = np.empty(n)
     dep = np.empty(n, np.int32)
     onpath = np.empty(n, np.int8)
     for col in range(rkeys.shape[0]):
         _preset_row(rhead, col, head)
-        _static_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col], rcf[col],
-                     sdep, srank, sleaf, pos, dep, onpath, keys, s_lev, on_lev, u_lev, c_lev,
-                     r_lev, p_lev, lf, li, head)
+        _static_tree(law, roots, col, sdep, srank, sleaf, pos, dep, onpath, lev)
         accumulate(sorder, pos, dep, onpath, budgets, acc_out, exp_out, dep_out, col)
 
 
@@ -169,9 +275,14 @@ def static_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci
 # Dynamic (EAGLE-2/3)
 
 @kernel
-def _expand(fpar, ipar, data, key, row, ppos, pdep, on, u, k, pos, dep, onpath, ckey, crank,
-            crow, n, lf, li, head):
-    """Append the top-``k`` children of the node at level ``row`` as candidates n, n+1, ..."""
+def _expand(law, key, row, ppos, pdep, on, u, k, cand, n, rows):
+    """Append the top-``k`` children of the node at level ``row`` of ``rows``
+    (:class:`EagleRows`) as candidates n, n+1, ... of ``cand`` (:class:`EagleCands`);
+    returns the new count. ``ppos``, ``pdep``, ``on`` and ``u`` are the node's position,
+    depth, path state and path uniform."""
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    pos, dep, onpath, ckey, crank, crow = cand
+    lf, li, head = rows
     c = 0.0
     for r in range(k):
         lq = _next_logq(fpar, ipar, data, key, row, lf, li, head)
@@ -214,22 +325,24 @@ def _layer_top(lay, start, n, topk, pos, dep):
 
 
 @kernel
-def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, depth, topk, pos,
-                  dep, onpath,
-                  ckey, crank, crow, lay, lf, li, head):
-    """All candidates of the EAGLE layers below ``rkey``, in generation order; returns count.
+def _dynamic_tree(law, roots, col, depth, topk, cand, lay, rows):
+    """All candidates (``cand``, :class:`EagleCands`) of the EAGLE layers below root ``col``
+    of ``roots``, in generation order; returns their count. ``lay`` holds a layer's top.
 
-    Every expanded node keeps its own level row (its context stays readable by its
-    children): row 0 is the root, rows 1.. the expanded nodes in expansion order.
+    Every expanded node keeps its own level row of ``rows`` (:class:`EagleRows`; its
+    context stays readable by its children): row 0 is the root, rows 1.. the expanded
+    nodes in expansion order.
     """
-    li[0, CTX_I] = rci
-    lf[0, CTX_F] = rcf
-    _init_node(kinds, cw, fpar, ipar, data, cprog, rkey, 0, lf, li, head, rmode, 0)
-    n = _expand(fpar, ipar, data, rkey, 0, 0.0, np.int64(0), np.int64(1),
-                unit(purpose_key(rkey, PATH), 0), topk, pos, dep, onpath, ckey, crank, crow, 0,
-                lf, li, head)
+    pos, dep, onpath, ckey, crank, crow = cand
+    lf, li, head = rows
+    rkey = roots.keys[col]
+    li[0, CTX_I] = roots.ci[col]
+    lf[0, CTX_F] = roots.cf[col]
+    _init_node(law, rkey, 0, lf, li, head, roots.mode, 0)
+    n = _expand(law, rkey, 0, 0.0, np.int64(0), np.int64(1), unit(purpose_key(rkey, PATH), 0),
+                topk, cand, 0, rows)
     start = 0
-    rows = 1
+    row = 1
     for _layer in range(1, depth):
         kk = _layer_top(lay, start, n, topk, pos, dep)
         if kk == 0:
@@ -237,24 +350,23 @@ def _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, dep
         start = n
         for j in range(kk):
             v = lay[j]
-            _init_node(kinds, cw, fpar, ipar, data, cprog, ckey[v], rows, lf, li, head,
-                       crow[v], crank[v])
+            _init_node(law, ckey[v], row, lf, li, head, crow[v], crank[v])
             on = np.int64(onpath[v])
             u = unit(purpose_key(ckey[v], PATH), 0) if on == 1 else 0.0
-            n = _expand(fpar, ipar, data, ckey[v], rows, pos[v], np.int64(dep[v]), on, u, topk,
-                        pos, dep, onpath, ckey, crank, crow, n, lf, li, head)
-            rows += 1
+            n = _expand(law, ckey[v], row, pos[v], np.int64(dep[v]), on, u, topk, cand, n, rows)
+            row += 1
     return n
 
 
 @njit_cached
-def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, rhead,
-                  depth, topk, budgets, acc_out, exp_out, dep_out):
-    """EAGLE-2/3 trees below the roots ``rkeys`` (see :func:`static_chunk`), scored.
+def dynamic_chunk(law, head_cap, roots, depth, topk, budgets, out):
+    """EAGLE-2/3 trees below the roots ``roots.keys`` (see :func:`static_chunk`), scored.
 
     The tree of budget P is the first P candidates by (path value, depth, generation
     order); ``budgets`` is non-decreasing, already capped at the policy's ``total``.
     """
+    rkeys, rhead = roots.keys, roots.head
+    acc_out, exp_out, dep_out = out
     cap = topk + (depth - 1) * topk * topk
     pos = np.empty(cap)
     dep = np.empty(cap, np.int32)
@@ -268,11 +380,12 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
     lf = np.empty((n_rows, LEVEL_F))
     li = np.empty((n_rows, LEVEL_I), np.int64)
     head = np.empty((n_rows, max(head_cap, 1)))
+    cand = EagleCands(pos, dep, onpath, ckey, crank, crow)
+    rows = EagleRows(lf, li, head)
     bc = np.empty_like(budgets)
     for col in range(rkeys.shape[0]):
         _preset_row(rhead, col, head)
-        n = _dynamic_tree(kinds, cw, fpar, ipar, data, cprog, rkeys[col], rmode, rci[col],
-                          rcf[col], depth, topk, pos, dep, onpath, ckey, crank, crow, lay, lf, li, head)
+        n = _dynamic_tree(law, roots, col, depth, topk, cand, lay, rows)
         for b in range(budgets.shape[0]):
             bc[b] = min(budgets[b], n)
         select_nested(n, pos, dep, onpath, order, bc, acc_out, exp_out, dep_out, col)
@@ -282,19 +395,24 @@ def dynamic_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rc
 # Noisy drafter
 
 @kernel
-def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sigma1, gamma, beta,
-                 exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
-                 head):
-    """Set up level ``d``: true head ranks, the drafter's estimates, the path state.
+def _noisy_level(law, key, d, prow, rank, on, noise, lev):
+    """Set up level ``d`` of ``lev`` (:class:`NoisyLevels`) for the node ``key``, child of
+    rank ``rank`` of level ``prow`` (path state ``on``): true head ranks, the drafter's
+    (``noise``, :class:`Noise`) estimates, the path state.
 
     Buffers ranks 0..kh (the head plus the first tail rank) in ``lqb[d]``; ``leb[d, r]``
     is the estimated log q of head rank r, ``z_lev[d]`` the constant that turns a tail
     rank's beta * log q into its estimate, ``h_lev[d]`` the largest head estimate. The
     children are at depth d + 1, so their noise scale is ``sigma1 * (d + 1) ** gamma``
-    (exactly ``sigma1`` when ``gamma == 0``).
+    (exactly ``sigma1``, the noise's ``sigma``, when ``gamma == 0``).
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    sigma1, gamma, beta, exact, kh = noise
+    on_lev, u_lev, c_lev, p_lev = lev.on_lev, lev.u_lev, lev.c_lev, lev.p_lev
+    g_lev, z_lev, h_lev, lqb, leb = lev.g_lev, lev.z_lev, lev.h_lev, lev.lqb, lev.leb
+    lf, li, head = lev.lf, lev.li, lev.head
     sigma = sigma1 if gamma == 0.0 else sigma1 * (d + 1.0) ** gamma
-    _init_node(kinds, cw, fpar, ipar, data, cprog, key, d, lf, li, head, prow, rank)
+    _init_node(law, key, d, lf, li, head, prow, rank)
     g = 0
     while g <= kh:
         lq = _next_logq(fpar, ipar, data, key, d, lf, li, head)
@@ -363,28 +481,32 @@ def _noisy_level(kinds, cw, fpar, ipar, data, cprog, key, d, prow, rank, on, sig
 
 
 @kernel
-def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, sigma, gamma, beta,
-                   exact, kh, t, cap,
-                   dmax, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev,
-                   r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head):
-    """Nodes with estimated position <= tie_cut(t), in pre-order (children in rank order).
+def _noisy_collect(law, roots, col, noise, t, cap, dmax, found, lev):
+    """Nodes below root ``col`` of ``roots`` with estimated position <= tie_cut(t), in
+    pre-order (children in rank order), by the drafter ``noise`` (:class:`Noise`).
 
     Writes the estimated position (``est``), the true one (``pos``), depth and path flag of
-    each; returns the count, ``ABORT`` or ``TOO_DEEP`` as ``collect.collect``. Head ranks
-    are unsorted under noise and all scanned; tail ranks are monotone and stop the scan.
-    Nodes deeper than ``dmax`` (the largest budget) are skipped: no tree of that many
-    nodes holds them, and a drafter whose estimate rounds to 1 along a path (an infinite
-    set of nodes at one estimated position) stays finite.
+    each into ``found`` (:class:`Collected`, at most ``cap`` nodes), walking the levels of
+    ``lev`` (:class:`NoisyLevels`); returns the count, ``ABORT`` or ``TOO_DEEP`` as
+    ``collect.collect``. Head ranks are unsorted under noise and all scanned; tail ranks
+    are monotone and stop the scan. Nodes deeper than ``dmax`` (the largest budget) are
+    skipped: no tree of that many nodes holds them, and a drafter whose estimate rounds to
+    1 along a path (an infinite set of nodes at one estimated position) stays finite.
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    beta, exact, kh = noise.beta, noise.exact, noise.kh
+    est, pos, dep, onpath = found
+    (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb,
+     lf, li, head) = lev
+    rkey = roots.keys[col]
     n_levels = keys.shape[0]
     t = tie_cut(t)                     # collect past every estimate tied with one <= t
     keys[0] = rkey
     s_lev[0] = 0.0
     t_lev[0] = 0.0
-    li[0, CTX_I] = rci
-    lf[0, CTX_F] = rcf
-    _noisy_level(kinds, cw, fpar, ipar, data, cprog, rkey, 0, rmode, 0, 1, sigma, gamma, beta,
-                 exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li, head)
+    li[0, CTX_I] = roots.ci[col]
+    lf[0, CTX_F] = roots.cf[col]
+    _noisy_level(law, rkey, 0, roots.mode, 0, 1, noise, lev)
     r_lev[0] = 0 if -h_lev[0] <= t else min(g_lev[0], kh)
     n = 0
     d = 0
@@ -438,26 +560,26 @@ def _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci, rcf, si
         keys[d] = ck
         s_lev[d] = sc
         t_lev[d] = st
-        _noisy_level(kinds, cw, fpar, ipar, data, cprog, ck, d, d - 1, r, child_on, sigma, gamma,
-                     beta, exact, kh, on_lev, u_lev, c_lev, p_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
-                     head)
+        _noisy_level(law, ck, d, d - 1, r, child_on, noise, lev)
         r_lev[d] = 0 if sc - h_lev[d] <= t else min(g_lev[d], kh)
     return n
 
 
 @njit_cached
 def _noisy_levels(n_levels, head_cap, kh):
+    """The :class:`NoisyLevels` of ``n_levels`` levels, for a head of ``kh`` ranks."""
     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(n_levels, head_cap)
-    return (keys, s_lev, np.empty(n_levels), on_lev, u_lev, c_lev, np.empty(n_levels, np.int64),
-            np.empty(n_levels, np.int64), np.empty(n_levels, np.int64), np.empty(n_levels),
-            np.empty(n_levels), np.empty((n_levels, kh + 1)), np.empty((n_levels, max(kh, 1))),
-            lf, li, head)
+    return NoisyLevels(keys, s_lev, np.empty(n_levels), on_lev, u_lev, c_lev,
+                       np.empty(n_levels, np.int64), np.empty(n_levels, np.int64),
+                       np.empty(n_levels, np.int64), np.empty(n_levels), np.empty(n_levels),
+                       np.empty((n_levels, kh + 1)), np.empty((n_levels, max(kh, 1))), lf, li,
+                       head)
 
 
 @njit_cached
-def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci, rcf, rhead, sigma,
-                gamma, beta, kh, budgets, t_start, acc_out, exp_out, dep_out):
-    """Best-first trees by the drafter's estimate below the roots ``rkeys`` (see static_chunk).
+def noisy_chunk(law, head_cap, roots, sigma, gamma, beta, kh, budgets, t_start, out):
+    """Best-first trees by the drafter's estimate below the roots ``roots.keys`` (see
+    :func:`static_chunk`).
 
     The noise of a node at depth d (>= 1, below its call's root) has scale
     ``sigma * d ** gamma``.
@@ -467,7 +589,10 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
     threshold adapts as in ``tree.simulate_chunk``. Returns (nodes visited, threshold),
     visited = -1 when more than MAX_NODES nodes tie.
     """
+    rkeys, rhead = roots.keys, roots.head
+    acc_out, exp_out, dep_out = out
     exact = sigma == 0.0 and beta == 1.0
+    noise = Noise(sigma, gamma, beta, exact, kh)
     p_max = budgets[budgets.shape[0] - 1]
     cap = 6 * p_max + 64
     est = np.empty(cap)
@@ -476,30 +601,27 @@ def noisy_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, rkeys, rmode, rci,
     onpath = np.empty(cap, np.int8)
     order = np.empty(cap, np.int32)
     n_levels = first_levels(head_cap)
-    (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb,
-     lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
+    lev = _noisy_levels(n_levels, head_cap, kh)
     t = t_start
     visited = 0
     unit_rate = np.ones(3)          # after_pass's flags: growth rate 1, not learnt
     for col in range(rkeys.shape[0]):
-        rkey = rkeys[col]
-        t_lo = -np.inf
+        t_lo = -np.inf              # the bracket; no rate is learnt (a pass is never first)
         t_hi = np.inf
         while True:
-            _preset_row(rhead, col, head)
-            n = _noisy_collect(kinds, cw, fpar, ipar, data, cprog, rkey, rmode, rci[col], rcf[col],
-                               sigma, gamma, beta, exact, kh,
-                               t, cap, p_max, est, pos, dep, onpath, keys, s_lev, t_lev, on_lev,
-                               u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev, lqb, leb, lf, li,
-                               head)
+            _preset_row(rhead, col, lev.head)
+            n = _noisy_collect(law, roots, col, noise, t, cap, p_max,
+                               Collected(est, pos, dep, onpath), lev)
             if n == TOO_DEEP:
                 n_levels *= 2
-                (keys, s_lev, t_lev, on_lev, u_lev, c_lev, p_lev, r_lev, g_lev, z_lev, h_lev,
-                 lqb, leb, lf, li, head) = _noisy_levels(n_levels, head_cap, kh)
+                lev = _noisy_levels(n_levels, head_cap, kh)
                 continue
             visited += cap if n == ABORT else n
-            done, t, t_lo, t_hi, widen = after_pass(est, dep, order, n, cap, p_max, t, t_lo, t_hi,
-                                                    AIM_TIES, unit_rate, 1, -1, t, False)[:5]
+            done, t, widen, search = after_pass(est, dep, order, n, cap, p_max, t, AIM_TIES,
+                                                unit_rate,
+                                                Search(t_lo, t_hi, np.int64(1), np.int64(-1), t,
+                                                       False))
+            t_lo, t_hi = search.t_lo, search.t_hi
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t

@@ -2,7 +2,9 @@
 
 A family's numba form is a list of :class:`Component` (one unless it is a mixture);
 :func:`compile_spec` packs them, with a context program, into a :class:`Spec`, whose
-fields are the leading arguments of every tree, policy and walk kernel. The layout of
+:class:`Law` (:attr:`Spec.law`) is the first argument of every tree, policy and walk
+kernel. Kernels take their other data as named tuples too: the roots of a chunk
+(:class:`Roots`) and the per-(budget, root) outputs (:class:`Out`). The layout of
 ``fpar``/``ipar``/``data`` per kind is owned by the kind's sampler module (named slots, see
 :data:`brwsim.kernels.kinds.KIND_TABLE`), and a family writes a component's parameters by
 those names: ``fpar`` and ``ipar`` map slots to values.
@@ -17,9 +19,10 @@ from typing import NamedTuple
 import numpy as np
 
 from brwsim.kernels.dist import kinds_dtype
-from brwsim.kernels.kinds import DATA_LEN, DATA_OFF, FIRST_OWN, NF, NI
+from brwsim.kernels.kinds import DATA_LEN, DATA_OFF, FIRST_OWN, NF, NI, ROOT_DRAW, ROOT_PRESET
+from brwsim.kernels.rng import root_key
 
-__all__ = ["Component", "Spec", "compile_spec"]
+__all__ = ["Component", "Law", "Out", "Roots", "Spec", "compile_spec"]
 
 
 @dataclass
@@ -39,8 +42,73 @@ class Component:
     head_cap: int = 0
 
 
+class Law(NamedTuple):
+    """A compiled family's distribution law, the first argument of every kernel.
+
+    ``kinds[c]``, ``cw[c]`` (cumulative mixture weight), ``fpar[c, :]`` and ``ipar[c, :]``
+    of each component c, the ``data`` block the components index (``ipar[c, DATA_OFF]``,
+    ``ipar[c, DATA_LEN]``) and the context program ``cprog``. ``kinds``'s dtype is the
+    family's kind group (:func:`brwsim.kernels.dist.kinds_dtype`).
+    """
+
+    kinds: np.ndarray
+    cw: np.ndarray
+    fpar: np.ndarray
+    ipar: np.ndarray
+    data: np.ndarray
+    cprog: np.ndarray
+
+
+class Out(NamedTuple):
+    """A chunk kernel's outputs, each (budgets, roots): accepted draft tokens on the
+    sampled path (int32), E[X | T] (float64) and the tree's depth (int32)."""
+
+    acc: np.ndarray
+    exp: np.ndarray
+    dep: np.ndarray
+
+    @classmethod
+    def new(cls, m: int, count: int) -> "Out":
+        """Uninitialised outputs for ``m`` budgets and ``count`` roots."""
+        return cls(np.empty((m, count), np.int32), np.empty((m, count)),
+                   np.empty((m, count), np.int32))
+
+
+class Roots(NamedTuple):
+    """Roots of trees: keys, and how their context is set (see ``brwsim.kernels.dist``).
+
+    ``mode`` is ROOT_DRAW (each root's context drawn from the stationary law; ``ci``/``cf``
+    ignored) or ROOT_PRESET (context ``ci[i]``, latent ``cf[i]``: generation runs). ``head``
+    holds one preset head row per root where the family keeps a recurrent state there
+    (``charlstm``), or no rows.
+    """
+
+    keys: np.ndarray
+    mode: int
+    ci: np.ndarray
+    cf: np.ndarray
+    head: np.ndarray = np.empty((0, 1))
+
+    @classmethod
+    def stationary(cls, key: np.uint64, first: int, count: int) -> "Roots":
+        """The roots of iterations first .. first + count - 1 of a seed key."""
+        keys = np.array([root_key(np.uint64(key), np.uint64(first + i)) for i in range(count)],
+                        dtype=np.uint64)
+        return cls(keys, ROOT_DRAW, np.zeros(count, np.int64), np.zeros(count))
+
+    @classmethod
+    def preset(cls, key: int, ci: int, cf: float, head: np.ndarray | None = None) -> "Roots":
+        """One root with a given context (the next call of a generation run).
+
+        ``head``: the root's head row, where the family carries a recurrent state.
+        """
+        rows = np.empty((0, 1)) if head is None else np.ascontiguousarray(head, np.float64)[None, :]
+        return cls(np.array([key], np.uint64), ROOT_PRESET, np.array([ci], np.int64),
+                   np.array([cf], np.float64), rows)
+
+
 class Spec(NamedTuple):
-    """Flat arrays of a compiled family, in the order the kernels take them."""
+    """Flat arrays of a compiled family: its :class:`Law` and the width of a level's head."""
 
     kinds: np.ndarray
     cw: np.ndarray
@@ -49,6 +117,11 @@ class Spec(NamedTuple):
     data: np.ndarray
     head_cap: int
     cprog: np.ndarray
+
+    @property
+    def law(self) -> Law:
+        """The law the kernels take first."""
+        return Law(self.kinds, self.cw, self.fpar, self.ipar, self.data, self.cprog)
 
 
 def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spec:

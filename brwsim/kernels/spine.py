@@ -188,9 +188,12 @@ def _deposit_span(split, floor, row, j, s, mass, count, h):
 
 
 @kernel
-def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, tau, h, eps,
-                    split, floor, row, wkey):
+def _orderstat_walk(law, c, d, lf, li, tables, grid, grids, row, wkey):
     """Deposit the rest of a lazy order-statistic tail by a mean-field walk over the cells.
+
+    ``tables`` = (logu, logp, tab_y0, tab_n, tau) as :func:`_sample_cells` takes them,
+    ``grid`` = (h, eps) the cell width and the mass left undeposited, ``grids`` = (split,
+    floor) the batch rows deposited into (row ``row``); ``wkey`` keys the walk's noise.
 
     Level ``d`` holds a lazy ORDERSTAT tail (:func:`brwsim.kernels.orderstat.orderstat_tail`)
     after some rank r: the remaining ``m = n - 1 - r`` weights are i.i.d. W given
@@ -223,6 +226,10 @@ def _orderstat_walk(data, fpar, ipar, c, d, lf, li, logu, logp, tab_y0, tab_n, t
         ``sum q x`` and ``sum q x^2`` of the deposited mass (each step's at the log of its
         mean ``e^x``, within ``(s h)^2 / 8`` of its mean x), and the number of steps.
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    logu, logp, tab_y0, tab_n, tau = tables
+    h, eps = grid
+    split, floor = grids
     n = ipar[c, OS_VOCAB]
     size = split.shape[1]
     log_z = lf[d, 0]
@@ -476,11 +483,15 @@ def _geometric_walk(log_r, log_1mr, i_next, x, left, h, eps, split, floor, row):
 
 
 @kernel
-def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_cap, h, eps, lf,
-                  li, head, logu, logp, tab_y0, tab_n, tau, switch_ratio, switch_rho, noisy,
-                  split, floor, ranks, cells, ent, ent2):
-    """Deposit the whole distributions of up to ``n_dist`` i.i.d. nodes onto ``split`` and
-    ``floor``; returns how many were deposited.
+def _sample_cells(law, key, n_dist, n_min, work_cap, grid, scratch, tables, switch, grids, stats):
+    """Deposit the whole distributions of up to ``n_dist`` i.i.d. nodes onto ``grids`` =
+    (split, floor); returns how many were deposited.
+
+    ``grid`` = (h, eps): the cells' width and the mass left undeposited; ``scratch`` = (lf,
+    li, head): one level; ``tables`` = (logu, logp, tab_y0, tab_n, tau): the order-statistic
+    tables of :func:`_os_tables` and their step; ``switch`` = (switch_ratio, switch_rho,
+    noisy): when a lazy tail switches to the cell walk, and whether it adds noise;
+    ``stats`` = (ranks, cells, ent, ent2): per-node outputs.
 
     Node k's distribution (a root drawn with key ``root_key(key, k)``) is generated rank
     by rank with the family's own kernels; each rank (x = -log q, weight q) goes to batch
@@ -499,14 +510,20 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_c
     the sampler stops at the end of the current round of ``split.shape[0]`` nodes, so
     every batch row holds as many nodes.
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    h, eps = grid
+    lf, li, head = scratch
+    tab_n = tables[3]
+    switch_ratio, switch_rho, noisy = switch
+    split, floor = grids
+    ranks, cells, ent, ent2 = stats
     n_batch = split.shape[0]
     expm1_h = math.expm1(h)
     work = 0
     for k in range(n_dist):
         row = k % n_batch
         dkey = root_key(key, np.uint64(k))
-        dist_init(kinds, cw, fpar, ipar, data, cprog, dkey, 0, lf, li, head, -np.inf,
-                  ROOT_DRAW, 0)
+        dist_init(law, dkey, 0, lf, li, head, -np.inf, ROOT_DRAW, 0)
         c = li[0, 2]
         kind = li[0, 0]
         wkey = mix(dkey ^ np.uint64(0x3A1C5)) if noisy else np.uint64(0)
@@ -547,9 +564,8 @@ def _sample_cells(kinds, cw, fpar, ipar, data, cprog, key, n_dist, n_min, work_c
                 mu = lf[0, 4]
                 if (mu > 0.0 and lf[0, 3] < switch_ratio * mu
                         and abs(lf[0, 2] / mu - 1.0) < switch_rho):
-                    w1, w2, n_cells = _orderstat_walk(data, fpar, ipar, c, 0, lf, li, logu,
-                                                      logp, tab_y0, tab_n, tau, h, eps,
-                                                      split, floor, row, wkey)
+                    w1, w2, n_cells = _orderstat_walk(law, c, 0, lf, li, tables, grid, grids,
+                                                      row, wkey)
                     e1 += w1
                     e2 += w2
                     walked = True

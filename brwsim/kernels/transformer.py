@@ -212,13 +212,19 @@ def _rope(x, x0, nheads, hd, pos, theta):
 
 
 @kernel
-def _attend(q, q0, nh, nkv, hd, cr, kc, vc, cstride, n_ctx, er, ke, ve, n_extra, sc, out, o0):
+def _attend(q, q0, heads, ctx, extra, sc, out, o0):
     """Causal attention of one row's heads: context slots then ``n_extra`` own slots.
 
-    Head h of the query ``q[q0 + h hd:]`` reads key/value head h // (nh / nkv): context
-    slot j at ``cr[kc + j cstride + kvh hd:]`` (values at ``vc``), the extra slot at
-    ``er[ke + kvh hd:]`` (values at ``ve``). Output into ``out[o0 + h hd:]``.
+    ``heads`` = (nh, nkv, hd): query heads, key/value heads and head width; ``ctx`` = (cr,
+    kc, vc, cstride, n_ctx) and ``extra`` = (er, ke, ve, n_extra): where the context's and
+    the row's own keys and values lie. Head h of the query ``q[q0 + h hd:]`` reads
+    key/value head h // (nh / nkv): context slot j at ``cr[kc + j cstride + kvh hd:]``
+    (values at ``vc``), the extra slot at ``er[ke + kvh hd:]`` (values at ``ve``); ``sc``
+    is scratch for the scores. Output into ``out[o0 + h hd:]``.
     """
+    nh, nkv, hd = heads
+    cr, kc, vc, cstride, n_ctx = ctx
+    er, ke, ve, n_extra = extra
     scale = 1.0 / math.sqrt(hd)
     grp = nh // nkv
     n = n_ctx + n_extra
@@ -321,13 +327,14 @@ def _block(data, o, slots, hr, toks, t0, nb, pos0, seq, cr, m):
                 hr[vd + j] = hr[q0 + qw + kvd + j]
         for k in range(nb):
             if seq:
-                _attend(hr, qs + k * qkvw, nh, nkv, hd, hr, ko + layer * slots * kvd,
-                        vo + layer * slots * kvd, kvd, m + k + 1, hr, 0, 0, 0, hr[sc:],
-                        hr, as_ + k * qw)
+                _attend(hr, qs + k * qkvw, (nh, nkv, hd),
+                        (hr, ko + layer * slots * kvd, vo + layer * slots * kvd, kvd, m + k + 1),
+                        (hr, 0, 0, 0), hr[sc:], hr, as_ + k * qw)
             else:
-                _attend(hr, qs + k * qkvw, nh, nkv, hd, cr, ko + layer * slots * kvd,
-                        vo + layer * slots * kvd, kvd, m, hr, ba + k * bw + layer * kvd,
-                        ba + k * bw + (nl + layer) * kvd, 1, hr[sc:], hr, as_ + k * qw)
+                _attend(hr, qs + k * qkvw, (nh, nkv, hd),
+                        (cr, ko + layer * slots * kvd, vo + layer * slots * kvd, kvd, m),
+                        (hr, ba + k * bw + layer * kvd, ba + k * bw + (nl + layer) * kvd, 1),
+                        hr[sc:], hr, as_ + k * qw)
         sa, sb = _s32(data, o, lt + L_WO, qw * d)
         _mm(hr, as_, qw, nb, qw, data[sa:sb].view(np.float32), d, hr, xs, d)
         sa, sb = _s64(data, o, lt + L_BO, d)
@@ -477,9 +484,12 @@ def _rerun(data, o, slots, pr, hr, tok, window):
 
 
 @kernel
-def transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw, rank, n_list,
-                     min_logq, head, start):
+def transformer_init(net, cprog, d, pd, draw, rank, n_list, min_logq, head, start):
     """Set up the node of level ``d``: its cache and logits, then its listed ranks.
+
+    ``net`` = (data, o, beta, carry, window, slots): the weights' block (in ``data`` from
+    offset ``o``), the inverse temperature, the tokens a cache carries past the window,
+    the window and the cache's slots.
 
     ``pd >= 0``: the child of rank ``rank`` of the parent at level ``pd`` (``n_list``
     listed ranks). If the parent carries g tokens past the window and g + 1 <= carry, the
@@ -488,6 +498,7 @@ def transformer_init(data, o, beta, carry, window, slots, cprog, d, pd, draw, ra
     ``draw``: a drawn root, the ``cprog[2]`` tokens of the context program from ``start``.
     Otherwise (a preset root) the row already holds its state. Returns the listed count.
     """
+    data, o, beta, carry, window, slots = net
     v = int(data[o + H_V])
     mm = 2 * v
     tk = mm + META

@@ -14,18 +14,20 @@ Runs of i.i.d. Zipf laws with a spread of exponents (one component, P_max at lea
 not continued, and ties at a cut send the root back to the depth-first pass, as for a
 continued pass.
 
-A worker's buffers are one *workspace* tuple (:func:`new_workspace`), read by the named
-slots ``WS_*``; :func:`simulate_chunk` grows the trees of a run's iterations.
+A worker's buffers are one :class:`Workspace` (:func:`new_workspace`); :func:`simulate_chunk`
+grows the trees of a run's iterations.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from brwsim.kernels import kernel, njit_cached
-from brwsim.kernels.aim import AIM_REPEAT, AIM_RESUME, AIM_TIES, after_pass, aim, tune
-from brwsim.kernels.collect import (ABORT, MAX_NODES, TOO_DEEP, collect, lattice, resume,
-                                    top_bound)
+from brwsim.kernels.aim import AIM_REPEAT, AIM_RESUME, AIM_TIES, after_pass, aim, new_search, tune
+from brwsim.kernels.collect import (ABORT, MAX_NODES, TOO_DEEP, Levels, Nodes, collect, lattice,
+                                    resume, top_bound)
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, ROOT_DRAW, closed_form
 from brwsim.kernels.levels import level_buffers, level_family, level_pass
 from brwsim.kernels.rng import root_key
@@ -37,11 +39,21 @@ T_LIMIT = 800.0                   # -log p beyond this is 0 in float64: every no
 HUGE_TIE = -1                     # grow_tree: more than MAX_NODES nodes tie at one position
 TOO_FEW = -2                      # grow_tree: fewer than P nodes of positive probability
 
-# The workspace tuple's slots (new_workspace writes them, grow_tree and the callers read
-# them): node arrays, per-level buffers, the bucket rows, the nodes' records for resume,
-# each level's owner, the worker's flags, and the level-by-level pass's buffers.
-(WS_POS, WS_DEP, WS_ONPATH, WS_ORDER, WS_KEYS, WS_S_LEV, WS_ON_LEV, WS_U_LEV, WS_C_LEV, WS_LF,
- WS_LI, WS_HEAD, WS_SEL, WS_NKEY, WS_NXT, WS_NRK, WS_OWN, WS_FLAGS, WS_LEVELS) = range(19)
+
+class Workspace(NamedTuple):
+    """The buffers of one worker (:func:`new_workspace`): a pass's nodes (with their records)
+    and levels, the selection's order scratch (``order``, int32), the bucket rows of
+    :func:`~brwsim.kernels.select.score_nested` (``sel``), the level-by-level pass's buffers
+    (``lv``) and the worker's flags (``flags[0]``: 1 once it has seen exact ties,
+    ``flags[1]``: the aim of its next first pass, in P_max (0 until set), ``flags[2]``: the
+    growth rate of counts with t, 1 until measured; see :func:`grow_tree`)."""
+
+    nodes: Nodes
+    order: np.ndarray
+    levels: Levels
+    sel: tuple
+    flags: np.ndarray
+    lv: tuple
 
 
 @njit_cached
@@ -65,14 +77,37 @@ def new_levels(n_levels, head_cap):
             np.empty((n_levels, LEVEL_I), np.int64), np.empty((n_levels, max(head_cap, 1))))
 
 
+@njit_cached
+def walk_levels(n_levels, head_cap):
+    """The :class:`~brwsim.kernels.collect.Levels` of a depth-first pass: ``n_levels`` levels."""
+    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(n_levels, head_cap)
+    return Levels(np.empty(n_levels, np.int64), keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
+
 
 @njit_cached
-def wider_buffers(cap):
-    """The node-sized buffers of a workspace for ``cap`` nodes (a pass's buffers widened for
-    a tie): node arrays, records, the level-by-level pass's and the scoring's buffers."""
-    pos, dep, onpath, order = node_buffers(cap)
+def new_nodes(cap):
+    """The :class:`~brwsim.kernels.collect.Nodes` of a pass holding ``cap`` nodes."""
     nkey, nxt, nrk = record_buffers(cap)
-    return pos, dep, onpath, order, nkey, nxt, nrk, level_buffers(cap), score_buffers(cap)
+    return Nodes(np.empty(cap), np.empty(cap, np.int32), np.empty(cap, np.int8), nkey, nxt, nrk)
+
+
+@njit_cached
+def wider_buffers(ws, cap):
+    """``ws`` with its node-sized buffers for ``cap`` nodes (a pass's buffers widened for a
+    tie): nodes, the order scratch, the level-by-level pass's and the scoring's buffers."""
+    return Workspace(new_nodes(cap), np.empty(cap, np.int32), ws.levels, score_buffers(cap),
+                     ws.flags, level_buffers(cap))
+
+
+@njit_cached
+def deeper_levels(ws, head_cap):
+    """``ws`` with twice its levels (a pass went deeper than they reach); the root's head row
+    is kept (a preset root may keep its state there)."""
+    levels = walk_levels(2 * ws.levels.keys.shape[0], head_cap)
+    root_row = ws.levels.head[0]
+    for j in range(root_row.shape[0]):      # (a slice assignment would compile numba's
+        levels.head[0, j] = root_row[j]     # long shape-mismatch message code)
+    return Workspace(ws.nodes, ws.order, levels, ws.sel, ws.flags, ws.lv)
 
 
 @kernel
@@ -84,28 +119,21 @@ def first_levels(head_cap):
 
 @njit_cached
 def new_workspace(p_max, head_cap):
-    """Buffers of one worker: node arrays (6 P_max + 64), :func:`first_levels` levels
-    (both grow on demand), the bucket rows of :func:`score_nested`, the nodes' records
-    for :func:`resume` (:func:`record_buffers`), each level's owner, and flags
-    (``flags[0]``: 1 once the worker has seen exact ties, ``flags[1]``: the aim of its
-    next first pass, in P_max (0 until set), ``flags[2]``: the growth rate of counts with
-    t, 1 until measured; see :func:`grow_tree`)."""
+    """The :class:`Workspace` of one worker: nodes for 6 P_max + 64 nodes and
+    :func:`first_levels` levels (both grow on demand), flags as after a reset."""
     cap = 6 * p_max + 64
-    keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(first_levels(head_cap), head_cap)
-    pos, dep, onpath, order = node_buffers(cap)
-    sel = score_buffers(cap)
-    nkey, nxt, nrk = record_buffers(cap)
-    own = np.empty(keys.shape[0], np.int64)
     flags = np.zeros(3)
     flags[2] = 1.0
-    return (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
-            nrk, own, flags, level_buffers(cap))
+    return Workspace(new_nodes(cap), np.empty(cap, np.int32),
+                     walk_levels(first_levels(head_cap), head_cap), score_buffers(cap), flags,
+                     level_buffers(cap))
 
 
 @njit_cached
-def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, root_ci, root_cf,
-              budgets, max_depth, t, ws, acc_out, exp_out, dep_out, col):
-    """The optimal trees of one root for every budget, into column ``col`` of the outputs.
+def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_depth, t, ws, out,
+              col):
+    """The optimal trees of one root for every budget, into column ``col`` of ``out``
+    (:class:`~brwsim.kernels.spec.Out`), with the buffers of ``ws`` (:class:`Workspace`).
 
     The optimal tree among nodes of depth <= ``max_depth`` (NO_DEPTH_CAP: unconstrained);
     the restriction keeps trees prefix-closed, so it is still the top P by path probability.
@@ -126,8 +154,8 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     MAX_NODES nodes tie at one position, TOO_FEW when fewer than P_max nodes within the
     depth cap have a positive path probability.
     """
-    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags, lv) = ws
+    kinds, fpar, ipar, data, cprog = law.kinds, law.fpar, law.ipar, law.data, law.cprog
+    flags = ws.flags
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
@@ -143,15 +171,10 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
     # positions tie (a lazy family's tail), though not on a lattice (counts in steps)
     p_stop = 0 if mode == AIM_RESUME or level else p_max
     aim_mode = AIM_REPEAT if p_stop > 0 and not closed else mode
-    passes = 0
-    short = False
-    prev = -1
-    t_prev = 0.0
-    cap = pos.shape[0]
+    search = new_search()
+    cap = ws.nodes.pos.shape[0]
     top = top_bound(kinds, fpar, closed)
     visited = 0
-    t_lo = -np.inf
-    t_hi = np.inf
     n = 0
     fr = -2
     fu = 0.0
@@ -164,16 +187,16 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             n0 = 0
             resumed = True
             lowered = False
-            n = level_pass(fpar, ipar, data, rkey, tie_cut(t), cap, cut, top, pos, dep, onpath, lv)
+            nodes = ws.nodes
+            n = level_pass(fpar, ipar, data, rkey, tie_cut(t), cap, cut, top, nodes.pos, nodes.dep,
+                           nodes.onpath, ws.lv)
             filled = 0              # (an overflowing level is not written)
         elif fresh:
-            li[0, CTX_I] = root_ci
-            lf[0, CTX_F] = root_cf
+            ws.levels.li[0, CTX_I] = root_ci
+            ws.levels.lf[0, CTX_F] = root_cf
             n0 = 0
-            n, fr, fu, fc, low = collect(kinds, cw, fpar, ipar, data, cprog, closed, top, rkey,
-                                          root_mode, t, cap, cut, pos, dep, onpath, nkey, nxt, nrk,
-                                          own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head,
-                                          p_stop, order)
+            n, fr, fu, fc, low = collect(law, rkey, root_mode, t, cut, ws.nodes, ws.levels, p_stop,
+                                         ws.order)
             filled = cap
             lowered = low < np.inf      # the pass lowered its cut-off: P_max nodes lie below
             if low < t:
@@ -182,23 +205,16 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             n0 = n
             resumed = True
             lowered = False
-            n, fr, fu, fc = resume(kinds, cw, fpar, ipar, data, cprog, closed, top, t, cap, cut, n,
-                                    fr, fu, fc, pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev,
-                                    on_lev, u_lev, c_lev, lf, li, head)
+            n, fr, fu, fc = resume(law, t, cut, n, (fr, fu, fc), ws.nodes, ws.levels)
             filled = cap
         if n == TOO_DEEP:
-            root_row = head[0]          # a preset root may keep its state in its head row
-            keys, s_lev, on_lev, u_lev, c_lev, lf, li, head = new_levels(2 * keys.shape[0], head_cap)
-            own = np.empty(keys.shape[0], np.int64)
-            for j in range(root_row.shape[0]):      # (a slice assignment would compile numba's
-                head[0, j] = root_row[j]            # long shape-mismatch message code)
+            ws = deeper_levels(ws, head_cap)
             fresh = True
             resumed = False
             continue
         visited += cap - n0 if n == ABORT else n - n0
-        done, t, t_lo, t_hi, widen, passes, prev, t_prev, short = after_pass(
-            pos, dep, order, n, filled, p_max, t, t_lo, t_hi, mode, flags, passes, prev, t_prev,
-            short)
+        done, t, widen, search = after_pass(ws.nodes.pos, ws.nodes.dep, ws.order, n, filled,
+                                            p_max, t, mode, flags, search)
         fresh = n == ABORT or not continued
         if fresh and not level:
             resumed = False
@@ -206,10 +222,11 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             if 2 * cap > MAX_NODES:
                 return HUGE_TIE, t, ws     # (the caller stops: an error)
             cap *= 2
-            pos, dep, onpath, order, nkey, nxt, nrk, lv, sel = wider_buffers(cap)
+            ws = wider_buffers(ws, cap)
         if done:
-            zone = score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
-                                 dep_out, col, flags[0] == 1.0)[1]
+            nodes = ws.nodes
+            zone = score_nested(n, nodes.pos, nodes.dep, nodes.onpath, ws.order, ws.sel, budgets,
+                                out.acc, out.exp, out.dep, col, flags[0] == 1.0)[1]
             if zone > 1:            # exact ties: aim as for them, continue no more passes
                 flags[0] = 1.0
             if not (resumed and zone > 1):
@@ -221,16 +238,13 @@ def grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, rkey, root_mode, roo
             continue
         if t > T_LIMIT:             # the threshold passed every positive path probability
             return TOO_FEW, t, ws      # (the caller stops: an error)
-    flags[1] = tune(flags[1], short, aim_mode)
-    ws = (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt,
-          nrk, own, flags, lv)
+    flags[1] = tune(flags[1], search.short, aim_mode)
     # (a lowered pass's threshold is where P_max nodes lie, whatever ties it holds)
     return visited, aim(p_max if lowered else n, p_max, t, aim_mode, flags[1], flags[2]), ws
 
 
 @njit_cached
-def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, n_it, budgets,
-                   max_depth, t_start, acc_out, exp_out, dep_out, ws):
+def simulate_chunk(law, head_cap, seed_key, it0, n_it, budgets, max_depth, t_start, out, ws):
     """Optimal trees of iterations it0 .. it0 + n_it - 1 (roots drawn from the stationary law).
 
     ``ws`` is a :func:`new_workspace` of this ``head_cap`` for a largest budget of at least
@@ -241,16 +255,15 @@ def simulate_chunk(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, it0, 
     (nodes visited by all passes, final threshold, the workspace, which may have grown),
     or (HUGE_TIE or TOO_FEW, t, ws).
     """
-    flags = ws[WS_FLAGS]
+    flags = ws.flags
     flags[0] = 0.0
     flags[1] = 0.0
     flags[2] = 1.0
     t = t_start
     visited = 0
     for col in range(n_it):
-        v, t, ws = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap,
-                             root_key(seed_key, it0 + col), ROOT_DRAW, 0, 0.0, budgets, max_depth,
-                             t, ws, acc_out, exp_out, dep_out, col)
+        v, t, ws = grow_tree(law, head_cap, root_key(seed_key, it0 + col), ROOT_DRAW, 0, 0.0,
+                             budgets, max_depth, t, ws, out, col)
         if v < 0:
             return v, t, ws
         visited += v

@@ -27,7 +27,7 @@ from brwsim.kernels.dist import (
 )
 from brwsim.kernels.rng import PATH, child_key, purpose_key, root_key, unit
 from brwsim.kernels.aim import start_threshold
-from brwsim.kernels.tree import WS_HEAD, WS_LF, WS_LI, grow_tree, new_workspace
+from brwsim.kernels.tree import grow_tree, new_workspace
 
 _MAX_RANKS = 1 << 24
 
@@ -50,27 +50,28 @@ def _sampled_rank(fpar, ipar, data, key, d, lf, li, head):
 
 
 @kernel
-def advance(kinds, cw, fpar, ipar, data, cprog, key, mode, ci, cf, steps, lf, li, head):
+def advance(law, key, mode, ci, cf, steps, lf, li, head):
     """Key and context of the node ``steps`` sampled tokens below the root ``key``.
 
     Uses levels 0 and 1 of the scratch arrays alternately. Returns (key, ctx_i, ctx_f).
     """
+    fpar, ipar, data = law.fpar, law.ipar, law.data
     li[0, CTX_I] = ci
     lf[0, CTX_F] = cf
-    dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, -np.inf, mode, 0)
+    dist_init(law, key, 0, lf, li, head, -np.inf, mode, 0)
     cur = 0
     for _ in range(steps):
         r = _sampled_rank(fpar, ipar, data, key, cur, lf, li, head)
         key = child_key(key, r)
         nxt = 1 - cur
-        dist_init(kinds, cw, fpar, ipar, data, cprog, key, nxt, lf, li, head, -np.inf, cur, r)
+        dist_init(law, key, nxt, lf, li, head, -np.inf, cur, r)
         cur = nxt
     return key, li[cur, CTX_I], lf[cur, CTX_F]
 
 
 @njit_cached
-def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, budgets, max_depth,
-                   n_tokens, acc_out, exp_out, dep_out, ctx_i_out, ctx_f_out):
+def generation_run(law, head_cap, seed_key, run, budgets, max_depth, n_tokens, out, ctx_i_out,
+                   ctx_f_out):
     """Optimal-tree calls until ``n_tokens`` tokens are produced; returns the number of calls.
 
     Trees are capped at ``max_depth`` (see ``tree.grow_tree``); a negative return is a
@@ -78,7 +79,8 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
 
     Call c's root is where call c-1's sampled path arrived after X + 1 tokens; the first
     root is ``root_key(seed_key, run)`` with its context drawn from the stationary law.
-    Outputs hold one column per call (at most their width); ctx_*_out record each root's
+    ``out`` (:class:`~brwsim.kernels.spec.Out`) holds one column per call (at most its
+    width); ctx_*_out record each root's
     context (regime or depth index; latent value). A preset root's head row is carried
     along too (the recurrent state of ``charlstm``).
     """
@@ -93,23 +95,21 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
     t = start_threshold(budgets[budgets.shape[0] - 1])
     produced = 0
     calls = 0
-    while produced < n_tokens and calls < acc_out.shape[1]:
-        v, t, ws = grow_tree(kinds, cw, fpar, ipar, data, cprog, head_cap, key, mode, ci, cf,
-                             budgets, max_depth, t, ws, acc_out, exp_out, dep_out, calls)
+    while produced < n_tokens and calls < out.acc.shape[1]:
+        v, t, ws = grow_tree(law, head_cap, key, mode, ci, cf, budgets, max_depth, t, ws, out,
+                             calls)
         if v < 0:
             return v
-        li_root = ws[WS_LI]
-        lf_root = ws[WS_LF]
-        ci = li_root[0, CTX_I]
-        cf = lf_root[0, CTX_F]
+        root = ws.levels                # level 0: the root's
+        ci = root.li[0, CTX_I]
+        cf = root.lf[0, CTX_F]
         ctx_i_out[calls] = ci
         ctx_f_out[calls] = cf
-        x = acc_out[budgets.shape[0] - 1, calls]
-        head[0, :] = ws[WS_HEAD][0, :]       # the root's row: a family may keep its state there
-        key, ci, cf = advance(kinds, cw, fpar, ipar, data, cprog, key, ROOT_PRESET, ci, cf, x + 1,
-                              lf, li, head)
-        ws[WS_HEAD][0, :] = head[(x + 1) % 2, :]     # the new root's row (advance alternates rows)
-        if int(cprog[0]) == CTX_DEPTH:
+        x = out.acc[budgets.shape[0] - 1, calls]
+        head[0, :] = root.head[0, :]    # the root's row: a family may keep its state there
+        key, ci, cf = advance(law, key, ROOT_PRESET, ci, cf, x + 1, lf, li, head)
+        root.head[0, :] = head[(x + 1) % 2, :]     # the new root's row (advance alternates rows)
+        if int(law.cprog[0]) == CTX_DEPTH:
             ci = 0                      # depth counts from the new root
         mode = ROOT_PRESET
         produced += x + 1
@@ -118,15 +118,15 @@ def generation_run(kinds, cw, fpar, ipar, data, cprog, head_cap, seed_key, run, 
 
 
 @kernel
-def path_distributions(kinds, cw, fpar, ipar, data, cprog, key, steps, rows, h_out, m2_out,
-                       lf, li, head):
+def path_distributions(law, key, steps, rows, h_out, m2_out, lf, li, head):
     """Along the sampled path from the root ``key``: each node's top ranks and moments.
 
     ``rows[j, :]`` gets the first ranks' probabilities of the j-th path node (zero padded),
     ``h_out[j]`` and ``m2_out[j]`` its entropy and second log-moment over all ranks (summed
     until the listed mass is exhausted or 1 - 1e-12 is reached). Uses levels 0 and 1.
     """
-    dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, -np.inf, ROOT_DRAW, 0)
+    fpar, ipar, data = law.fpar, law.ipar, law.data
+    dist_init(law, key, 0, lf, li, head, -np.inf, ROOT_DRAW, 0)
     cur = 0
     k = rows.shape[1]
     for j in range(steps):
@@ -159,5 +159,5 @@ def path_distributions(kinds, cw, fpar, ipar, data, cprog, key, steps, rows, h_o
         m2_out[j] = m2
         key = child_key(key, sampled)
         nxt = 1 - cur
-        dist_init(kinds, cw, fpar, ipar, data, cprog, key, nxt, lf, li, head, -np.inf, cur, sampled)
+        dist_init(law, key, nxt, lf, li, head, -np.inf, cur, sampled)
         cur = nxt

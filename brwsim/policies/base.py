@@ -17,16 +17,14 @@ find it by name; import its module once (brwsim's own are imported by ``brwsim.p
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.families.base import _fmt, check_int
 from brwsim.interrupt import answering
-from brwsim.kernels.dist import ROOT_DRAW, ROOT_PRESET
-from brwsim.kernels.rng import root_key
-from brwsim.kernels.spec import Spec
+from brwsim.kernels.spec import Out, Roots, Spec
 from brwsim.registry import register
 
 __all__ = ["Policy", "Roots", "POLICIES", "DEFAULT_POLICY", "run_policy", "new_outputs", "optional_int"]
@@ -103,42 +101,9 @@ class Policy:
         return hash(repr(self))
 
 
-class Roots(NamedTuple):
-    """Roots of trees: keys, and how their context is set (see ``brwsim.kernels.dist``).
-
-    ``mode`` is ROOT_DRAW (each root's context drawn from the stationary law; ``ci``/``cf``
-    ignored) or ROOT_PRESET (context ``ci[i]``, latent ``cf[i]``: generation runs). ``head``
-    holds one preset head row per root where the family keeps a recurrent state there
-    (``charlstm``), or no rows.
-    """
-
-    keys: np.ndarray
-    mode: int
-    ci: np.ndarray
-    cf: np.ndarray
-    head: np.ndarray = np.empty((0, 1))
-
-    @classmethod
-    def stationary(cls, key: np.uint64, first: int, count: int) -> "Roots":
-        """The roots of iterations first .. first + count - 1 of a seed key."""
-
-        keys = np.array([root_key(np.uint64(key), np.uint64(first + i)) for i in range(count)],
-                        dtype=np.uint64)
-        return cls(keys, ROOT_DRAW, np.zeros(count, np.int64), np.zeros(count))
-
-    @classmethod
-    def preset(cls, key: int, ci: int, cf: float, head: np.ndarray | None = None) -> "Roots":
-        """One root with a given context (the next call of a generation run).
-
-        ``head``: the root's head row, where the family carries a recurrent state.
-        """
-        rows = np.empty((0, 1)) if head is None else np.ascontiguousarray(head, np.float64)[None, :]
-        return cls(np.array([key], np.uint64), ROOT_PRESET, np.array([ci], np.int64),
-                   np.array([cf], np.float64), rows)
-
-
-def new_outputs(m: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return (np.empty((m, count), np.int32), np.empty((m, count)), np.empty((m, count), np.int32))
+def new_outputs(m: int, count: int) -> Out:
+    """Uninitialised policy outputs for ``m`` budgets and ``count`` roots."""
+    return Out.new(m, count)
 
 
 def optional_int(name: str, value: Any, minimum: int) -> int | None:

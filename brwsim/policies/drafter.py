@@ -320,17 +320,17 @@ class DraftModel(Policy):
         self.check(spec)
         ck = self._checkpoint
         dcap = int(head_width(ck.block, 0, int(spec.ipar[0, TF_SLOTS])))
-        acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
-        draft = (ck.block, 1.0 / self.temperature, dcap)
+        out = new_outputs(budgets.size, roots.keys.size)
+        draft = _k.Draft(ck.block, 1.0 / self.temperature, dcap)
         if self.shape == "best":
-            visited = run_policy(_k.best_chunk, spec, roots, *draft, budgets,
-                                 start_threshold(budgets[-1]), acc, exp, dep)[0]
+            visited = run_policy(_k.best_chunk, spec, roots, draft, budgets,
+                                 start_threshold(budgets[-1]), out)[0]
             if visited < 0:
                 raise UserError("more than 2**28 nodes tie at one draft path probability")
         elif self.shape == "chain":
-            run_policy(_k.chain_chunk, spec, roots, *draft, budgets, acc, exp, dep)
+            run_policy(_k.chain_chunk, spec, roots, draft, budgets, out)
         else:
             b = budgets if self.total is None else np.minimum(budgets, self.total)
-            run_policy(_k.dynamic_chunk, spec, roots, *draft, self.depth, self.topk,
-                       np.ascontiguousarray(b, np.int64), acc, exp, dep)
-        return acc, exp, dep
+            run_policy(_k.dynamic_chunk, spec, roots, draft, self.depth, self.topk,
+                       np.ascontiguousarray(b, np.int64), out)
+        return out

@@ -62,7 +62,7 @@ class Dynamic(Policy):
 
     def run_roots(self, spec, budgets, roots):
         b = budgets if self.total is None else np.minimum(budgets, self.total)
-        acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
+        out = new_outputs(budgets.size, roots.keys.size)
         run_policy(_k.dynamic_chunk, spec, roots, self.depth, self.topk,
-                   np.ascontiguousarray(b, dtype=np.int64), acc, exp, dep)
-        return acc, exp, dep
+                   np.ascontiguousarray(b, dtype=np.int64), out)
+        return out

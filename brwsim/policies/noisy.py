@@ -59,11 +59,11 @@ class Noisy(Policy):
         return out
 
     def run_roots(self, spec, budgets, roots):
-        acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
+        out = new_outputs(budgets.size, roots.keys.size)
         t_start = start_threshold(budgets[-1])
         visited, _ = run_policy(_k.noisy_chunk, spec, roots, self.sigma, self.gamma,
-                                1.0 / self.T, _k.HEAD_K, budgets, t_start, acc, exp, dep)
+                                1.0 / self.T, _k.HEAD_K, budgets, t_start, out)
         if visited < 0:
             raise UserError("more than 2**28 nodes tie at one estimated path probability; use "
                             "a budget that ends on a full level of this lattice family")
-        return acc, exp, dep
+        return out

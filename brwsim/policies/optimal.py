@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from brwsim.engine import check_grow_status, grow_root, run_iterations, start_threshold
-from brwsim.kernels.tree import NO_DEPTH_CAP, WS_HEAD, new_workspace
+from brwsim.kernels.tree import NO_DEPTH_CAP, new_workspace
 from brwsim.policies.base import Policy, new_outputs, optional_int
 
 __all__ = ["Optimal"]
@@ -45,13 +45,12 @@ class Optimal(Policy):
         return acc, exp, dep
 
     def run_roots(self, spec, budgets, roots):
-        acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
+        out = new_outputs(budgets.size, roots.keys.size)
         ws = new_workspace(budgets[-1], spec.head_cap)
         t = start_threshold(budgets[-1])
         for i in range(roots.keys.size):
             if i < roots.head.shape[0]:          # a preset root's recurrent state
-                ws[WS_HEAD][0, :roots.head.shape[1]] = roots.head[i]
-            v, t, ws = grow_root(spec, roots, i, budgets, self.depth_cap, t, ws, acc, exp,
-                                 dep, i)
+                ws.levels.head[0, :roots.head.shape[1]] = roots.head[i]
+            v, t, ws = grow_root(spec, roots, i, budgets, self.depth_cap, t, ws, out, i)
             check_grow_status(v, self.depth_cap)
-        return acc, exp, dep
+        return out

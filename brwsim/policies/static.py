@@ -90,11 +90,11 @@ class StaticPolicy(Policy):
 
     def run_roots(self, spec, budgets, roots):
         sh = self._compiled(int(budgets[-1]))
-        acc, exp, dep = new_outputs(budgets.size, roots.keys.size)
+        out = new_outputs(budgets.size, roots.keys.size)
         levels = int(sh.depth.max()) + 1
         if levels * max(spec.head_cap, 1) > _MAX_LEVEL_CELLS:
             raise UserError(f"{self!r}: a tree of depth {levels - 1} is too deep for this "
                             "family's buffers; use a smaller budget")
         run_policy(_k.static_chunk, spec, roots, sh.depth, sh.rank, sh.leaf, sh.order,
-                   np.minimum(budgets, sh.size), acc, exp, dep)
-        return acc, exp, dep
+                   np.minimum(budgets, sh.size), out)
+        return out

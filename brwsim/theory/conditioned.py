@@ -128,8 +128,8 @@ def small_budget_bound(family, budgets, *, expand: int = DEFAULT_EXPAND,
         out = np.empty((3, n, flat.size))
         w = np.zeros((flat.size, 4, s.size) if want_w else (1, 4, 1))
         work = np.zeros(1, np.int64)
-        if answering(conditioned_values, *law(spec), lf, li, head, key, n, int(expand), t_max, cum_u, counts, h,
-                     flat, tau, out[0], out[1], out[2], w, want_w, work) < 0:
+        if answering(conditioned_values, law(spec), (lf, li, head), key, n, int(expand), t_max,
+                     (cum_u, counts, h), flat, tau, out, (w, want_w), work) < 0:
             raise UserError(f"small_budget_bound: {family!r} has more than {MAX_FRONTIER} "
                             "children within reach of a node; the conditioned bound is not "
                             "computed for so wide a law")

@@ -153,9 +153,10 @@ class SampledLaw(SpineLaw):
             split, floor = np.zeros((batches, size)), np.zeros((batches, size))
             ranks, cells = np.empty(n, np.int64), np.empty(n, np.int64)
             ent, ent2 = np.empty(n), np.empty(n)
-            done = answering(_sample_cells, *law(spec), key, n, 16 * batches, cap, h, eps, lf, li, head,
-                                 *tables, TABLE_STEP, ratio, SWITCH_RHO, bool(tail_noise),
-                                 split, floor, ranks, cells, ent, ent2)
+            done = answering(_sample_cells, law(spec), key, n, 16 * batches, cap, (h, eps),
+                             (lf, li, head), (*tables, TABLE_STEP),
+                             (ratio, SWITCH_RHO, bool(tail_noise)), (split, floor),
+                             (ranks, cells, ent, ent2))
             return split, floor, ranks[:done], cells[:done], ent[:done], ent2[:done]
 
         _, _, ranks, cells, ent, _ = run(16, 1.0, 1)

@@ -80,17 +80,16 @@ def test_ranks_above_a_cut_off_do_not_depend_on_it():
     from brwsim.kernels.rng import root_key
 
     @nb.njit
-    def ranks(kinds, cw, fpar, ipar, data, cprog, hc, key, min_logq, out):
+    def ranks(law, hc, key, min_logq, out):
         lf = np.empty((1, K.LEVEL_F))
         li = np.empty((1, K.LEVEL_I), np.int64)
         head = np.empty((1, hc))
-        K.dist_init(kinds, cw, fpar, ipar, data, cprog, key, 0, lf, li, head, min_logq,
-                    K.ROOT_DRAW, 0)
+        K.dist_init(law, key, 0, lf, li, head, min_logq, K.ROOT_DRAW, 0)
         for r in range(out.shape[0]):
-            out[r] = K.dist_next(fpar, ipar, data, key, 0, lf, li, head)
+            out[r] = K.dist_next(law.fpar, law.ipar, law.data, key, 0, lf, li, head)
 
     spec = _spec(Dirichlet(0.05, 3000))
-    args = (spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, spec.head_cap)
+    args = (spec.law, spec.head_cap)
     for i in range(30):
         key = np.uint64(root_key(np.uint64(9), np.int64(i)))
         full = np.empty(3001)

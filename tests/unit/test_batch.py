@@ -97,8 +97,7 @@ def _brute_forest(fam, seed, iteration, batch, budgets, depth, vocab):
 
         def walk(path, s, k):
             lq = np.empty(vocab)
-            _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                       spec.head_cap, root, np.asarray(path, np.int64), vocab, lq)
+            _node_head(spec.law, spec.head_cap, root, np.asarray(path, np.int64), vocab, lq)
             uniforms[(r, path)] = (float(unit(np.uint64(purpose_key(np.uint64(k), PATH)), 0)), lq)
             if len(path) == depth:
                 return
@@ -167,8 +166,7 @@ def _brute_request(fam, seed, it, r, budgets, depth, vocab):
         if len(path) == depth:
             return
         lq = np.empty(vocab)
-        _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                   spec.head_cap, root, np.asarray(path, np.int64), vocab, lq)
+        _node_head(spec.law, spec.head_cap, root, np.asarray(path, np.int64), vocab, lq)
         for rank in range(vocab):
             if lq[rank] > -math.inf:
                 vals.append(s - lq[rank])

@@ -57,12 +57,11 @@ def test_tree_by_tree_optimal_when_the_top_p_is_expanded(text):
     h = s[1] - s[0]
     spec = fam.spec()
     out = np.empty((3, trees, budgets.size))
-    conditioned_values(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                       np.empty((1, LEVEL_F)), np.empty((1, LEVEL_I), np.int64),
-                       np.empty((1, max(spec.head_cap, 1))), seed_key(11), trees, 17,
-                       float(s[-1]), np.cumsum(u), counts, h, budgets,
-                       np.full(budgets.size, s[-1] / 2), out[0], out[1], out[2],
-                       np.zeros((1, 4, 1)), False, np.zeros(1, np.int64))
+    conditioned_values(spec.law, (np.empty((1, LEVEL_F)), np.empty((1, LEVEL_I), np.int64),
+                                  np.empty((1, max(spec.head_cap, 1)))), seed_key(11), trees, 17,
+                       float(s[-1]), (np.cumsum(u), counts, h), budgets,
+                       np.full(budgets.size, s[-1] / 2), out, (np.zeros((1, 4, 1)), False),
+                       np.zeros(1, np.int64))
     np.testing.assert_allclose(out[0].T, want, rtol=1e-6, atol=1e-12)
 
 

@@ -56,7 +56,7 @@ def _kernel_ranks(spec, key, min_logq):
     li = np.zeros((2, K.LEVEL_I), np.int64)
     lf = np.zeros((2, K.LEVEL_F))
     head = np.zeros((2, spec.head_cap))
-    K.dist_init(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, key, 1, lf,
+    K.dist_init(spec.law, key, 1, lf,
                 li, head, min_logq, 0, 0)
     return head[1, :li[1, 3]].copy()
 

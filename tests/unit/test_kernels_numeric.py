@@ -76,8 +76,8 @@ def test_zipf_level_reads_the_spline_bits_and_floors_bound_it(s, spread):
     li = np.zeros((2, K.LEVEL_I), np.int64)
     head = np.zeros((2, 1))
     for i in range(4000):
-        K.dist_init(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                    np.uint64(mix(np.uint64(i))), 0, lf, li, head, -np.inf, K.ROOT_DRAW, 0)
+        K.dist_init(spec.law, np.uint64(mix(np.uint64(i))), 0, lf, li, head, -np.inf,
+                    K.ROOT_DRAW, 0)
         assert lf[0, 1] == spline_eval(coef, 0, n_int, lo, inv_h, lf[0, 0])
     floors = spec.data[off + 5 * n_int:off + 6 * n_int]
     assert spec.fpar[0, ZIPF_FLOOR] == floors.min()

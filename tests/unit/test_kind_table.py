@@ -104,7 +104,7 @@ def _read_root(spec, n_max):
     lf = np.zeros((2, kinds.LEVEL_F))
     head = np.zeros((2, max(spec.head_cap, 1)))
     key = np.uint64(0x9E3779B97F4A7C15)
-    dist.dist_init(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, key, 0, lf,
+    dist.dist_init(spec.law, key, 0, lf,
                    li, head, -np.inf, kinds.ROOT_DRAW, 0)
     out = []
     for _ in range(n_max):

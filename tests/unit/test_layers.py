@@ -71,3 +71,26 @@ def test_design_doc_table_is_the_contract():
             named.append(name)
         assert row.startswith(f"| {i} |"), row
         assert sorted(named) == sorted(m.strip() for m in layer.split("|")), (i, named, layer)
+
+
+#: Kernels whose parameters are fixed from outside: a C function's signature holds scalars
+#: and pointers only (:mod:`brwsim.kernels.netinit`).
+WIDE_SIGNATURES_ALLOWED = {"brwsim/kernels/netinit.py:set_up"}
+#: The most parameters a kernel takes; wider data travels as named tuples
+#: (:class:`brwsim.kernels.spec.Law`, :class:`~brwsim.kernels.spec.Roots`,
+#: :class:`~brwsim.kernels.spec.Out`, :class:`brwsim.kernels.tree.Workspace`, ...).
+MAX_KERNEL_PARAMETERS = 12
+
+
+def test_no_kernel_takes_more_than_twelve_parameters():
+    wide = []
+    for path in sorted((ROOT / "brwsim" / "kernels").glob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                allowed = f"{rel}:{node.name}" in WIDE_SIGNATURES_ALLOWED
+                if count > MAX_KERNEL_PARAMETERS and not allowed:
+                    wide.append(f"{rel}:{node.lineno} {node.name} ({count})")
+    assert not wide, wide

@@ -26,9 +26,10 @@ FAMILIES = [Zipf(1.5, 128000, spread=0.4), Zipf(1.2, 50, spread=0.5), Zipf(1.1, 
 def _level(spec, ws, key, t, cut, cap=None):
     closed = closed_form(spec.kinds, spec.cprog)
     top = C.top_bound(spec.kinds, spec.fpar, closed)
-    cap = ws[0].shape[0] if cap is None else cap
-    return level_pass(spec.fpar, spec.ipar, spec.data, key, S.tie_cut(t), cap, cut, top, ws[0],
-                      ws[1], ws[2], ws[18])
+    nodes = ws.nodes
+    cap = nodes.pos.shape[0] if cap is None else cap
+    return level_pass(spec.fpar, spec.ipar, spec.data, key, S.tie_cut(t), cap, cut, top, nodes.pos,
+                      nodes.dep, nodes.onpath, ws.lv)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=repr)
@@ -57,13 +58,11 @@ def test_a_level_pass_beyond_its_capacity_aborts_as_the_depth_first_pass():
     assert full > 100
     assert _level(spec, ws, key, 6.0, 4096, cap=full) == full
     assert _level(spec, ws, key, 6.0, 4096, cap=full - 1) == C.ABORT
-    closed = closed_form(spec.kinds, spec.cprog)
-    top = C.top_bound(spec.kinds, spec.fpar, closed)
-    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags, _) = ws
-    got = C.collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
-                     key, -1, 6.0, full - 1, 4096, pos, dep, onpath, nkey, nxt, nrk, own, keys,
-                     s_lev, on_lev, u_lev, c_lev, lf, li, head, 0, order)[0]
+    nodes = ws.nodes
+    c = full - 1                        # a pass with room for one node less
+    short = C.Nodes(nodes.pos[:c], nodes.dep[:c], nodes.onpath[:c], nodes.nkey[:c + 1],
+                    nodes.nxt[:c + 1], nodes.nrk[:c + 1])
+    got = C.collect(spec.law, key, -1, 6.0, 4096, short, ws.levels, 0, ws.order)[0]
     assert got == C.ABORT
 
 
@@ -96,5 +95,5 @@ def test_near_ties_at_a_cut_fall_back_to_the_depth_first_pass():
     assert level_family(spec.kinds, spec.fpar, closed_form(spec.kinds, spec.cprog), 300)
     engine.run_iterations(spec, engine.validate_budgets([3, 50, 300]), engine.seed_key(2), 0, 1)
     # the root met ties at a cut (and was collected again): the workspace's ties flag
-    assert engine._workspace(300, spec.head_cap)[17][0] == 1.0
+    assert engine._workspace(300, spec.head_cap).flags[0] == 1.0
     _check_reference(family, budgets=[3, 50, 300], iterations=4, seed=2, k=40)

@@ -19,24 +19,19 @@ from brwsim.kernels import select as S
 from brwsim.kernels import tree as T
 from brwsim.kernels.aim import start_threshold
 from brwsim.kernels.dist import closed_form
+from brwsim.kernels.spec import Out
 
 FAMILIES = [Dirichlet(0.05, 200), Dirichlet(0.05, 32000), Uniform(3), Zipf(1.5, 128000, spread=0.4),
             parse_family("ngram(corpus=prose, order=3)")]
 
 
 def _pass(spec, ws, key, t, p_stop):
-    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags, _) = ws
-    closed = closed_form(spec.kinds, spec.cprog)
-    top = C.top_bound(spec.kinds, spec.fpar, closed)
-    out = C.collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
-                     key, -1, t, pos.shape[0], T.NO_DEPTH_CAP, pos, dep, onpath, nkey, nxt, nrk, own,
-                     keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, p_stop, order)
+    out = C.collect(spec.law, key, -1, t, T.NO_DEPTH_CAP, ws.nodes, ws.levels, p_stop, ws.order)
     return out[0], out[4]
 
 
 def _scores(ws, n, budgets):
-    pos, dep, onpath, order = ws[0], ws[1], ws[2], ws[3]
+    pos, dep, onpath, order = ws.nodes.pos, ws.nodes.dep, ws.nodes.onpath, ws.order
     acc = np.empty((budgets.size, 1), np.int32)
     exp = np.empty((budgets.size, 1))
     dmax = np.empty((budgets.size, 1), np.int32)
@@ -45,7 +40,7 @@ def _scores(ws, n, budgets):
 
 
 def _below(ws, n, v):
-    pos, dep, onpath = ws[0][:n], ws[1][:n], ws[2][:n]
+    pos, dep, onpath = ws.nodes.pos[:n], ws.nodes.dep[:n], ws.nodes.onpath[:n]
     keep = pos <= v
     return list(zip(pos[keep].tolist(), dep[keep].tolist(), onpath[keep].tolist()))
 
@@ -67,7 +62,7 @@ def test_a_lowered_pass_scores_the_same_trees_as_the_full_pass(family, p):
         full = _scores(ws, n_full, budgets)
         n, low = _pass(spec, ws, key, t, p)
         assert p <= n <= n_full
-        assert np.sum(ws[0][:n] <= low) >= p               # P nodes lie at or below it
+        assert np.sum(ws.nodes.pos[:n] <= low) >= p               # P nodes lie at or below it
         mine = _scores(ws, n, budgets)
         assert mine == full                                # the same bits, every budget
         below = _below(ws, n, low)
@@ -86,16 +81,13 @@ def test_a_tree_grown_with_lowering_matches_its_cut_off_never_lowered():
     outs = []
     for t0 in (start_threshold(256), start_threshold(256) + 3.0):
         ws = T.new_workspace(256, spec.head_cap)
-        acc = np.empty((3, 1), np.int32)
-        exp = np.empty((3, 1))
-        dmax = np.empty((3, 1), np.int32)
+        out = Out.new(3, 1)
         got = []
         for i in range(6):
             key = np.uint64(0x5851F42D4C957F2D * (i + 3) % 2**63)
-            visited, _, ws = T.grow_tree(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data,
-                                         spec.cprog, spec.head_cap, key, -1, 0, 0.0, budgets,
-                                         T.NO_DEPTH_CAP, t0, ws, acc, exp, dmax, 0)
+            visited, _, ws = T.grow_tree(spec.law, spec.head_cap, key, -1, 0, 0.0, budgets,
+                                         T.NO_DEPTH_CAP, t0, ws, out, 0)
             assert visited >= 256
-            got.append((acc[:, 0].tolist(), exp[:, 0].tolist(), dmax[:, 0].tolist()))
+            got.append((out.acc[:, 0].tolist(), out.exp[:, 0].tolist(), out.dep[:, 0].tolist()))
         outs.append(got)
     assert outs[0] == outs[1]

@@ -64,4 +64,4 @@ def test_a_strided_array_is_refused_when_typed():
     head = np.zeros((4, 8))[:, ::2]
     data = cprog = np.zeros(4)
     with pytest.raises(TypingError, match="C-contiguous float64"):
-        net_init(True, data, 0, 1.0, 3.0, 0.0, 0, cprog, 0, -1, True, 0, 0, -np.inf, head, 0)
+        net_init(True, (data, 0, 1.0, 3.0, 0.0, 0), cprog, 0, -1, True, 0, 0, -np.inf, head, 0)

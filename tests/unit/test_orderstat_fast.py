@@ -38,8 +38,8 @@ def _from_bits(b):
 
 
 def _levels(spec):
-    ws = new_workspace(16, spec.head_cap)
-    return ws[9], ws[10], ws[11]
+    levels = new_workspace(16, spec.head_cap).levels
+    return levels.lf, levels.li, levels.head
 
 
 def test_bit_casts_round_trip_and_order():
@@ -188,7 +188,7 @@ def test_tail_blocks_follow_the_rank_by_rank_recursion(text, n_ranks):
     n_head = int(spec.ipar[0, OS.OS_N_HEAD])
     for seed in range(3):
         key = np.uint64(mix(np.uint64(1000 + seed)))
-        K.dist_init(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, key, 0, lf, li,
+        K.dist_init(spec.law, key, 0, lf, li,
                     head, -np.inf, K.ROOT_DRAW, 0)
         head_lq = [K.dist_next(spec.fpar, spec.ipar, spec.data, key, 0, lf, li, head)
                    for _ in range(n_head)]

@@ -23,21 +23,15 @@ FAMILIES = [Zipf(1.5, 128000, spread=0.4), Peaked(4.0, 0.5, 1.1, 32000),
 
 
 def _pass(spec, ws, key, t, p_max, first=None):
-    (pos, dep, onpath, order, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head, sel, nkey, nxt, nrk,
-     own, flags, _) = ws
-    closed = closed_form(spec.kinds, spec.cprog)
-    top = C.top_bound(spec.kinds, spec.fpar, closed)
-    args = (pos, dep, onpath, nkey, nxt, nrk, own, keys, s_lev, on_lev, u_lev, c_lev, lf, li, head)
     if first is None:
-        return C.collect(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed,
-                          top, key, -1, t, pos.shape[0], p_max, *args, 0, order)[:4]
+        return C.collect(spec.law, key, -1, t, p_max, ws.nodes, ws.levels, 0, ws.order)[:4]
     n, fr, fu, fc = first
-    return C.resume(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog, closed, top,
-                     t, pos.shape[0], p_max, n, fr, fu, fc, *args)
+    return C.resume(spec.law, t, p_max, n, (fr, fu, fc), ws.nodes, ws.levels)
 
 
 def _nodes(ws, n):
-    return sorted(zip(ws[0][:n].tolist(), ws[1][:n].tolist(), ws[2][:n].tolist()))
+    pos, dep, onpath = ws.nodes.pos, ws.nodes.dep, ws.nodes.onpath
+    return sorted(zip(pos[:n].tolist(), dep[:n].tolist(), onpath[:n].tolist()))
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=repr)
@@ -54,10 +48,11 @@ def test_a_continued_pass_holds_exactly_the_fresh_pass_nodes(family):
             cont = _pass(spec, ws, key, t2, 4096, first)
             assert cont[0] >= n1
             got = _nodes(ws, cont[0])
-            frontier = (ws[0][cont[1]] if 0 <= cont[1] < cont[0] else None, cont[2], cont[3])
+            pos = ws.nodes.pos
+            frontier = (pos[cont[1]] if 0 <= cont[1] < cont[0] else None, cont[2], cont[3])
             fresh = _pass(spec, ws, key, t2, 4096)
             assert got == _nodes(ws, fresh[0])
-            assert frontier == (ws[0][fresh[1]] if 0 <= fresh[1] < fresh[0] else None, fresh[2],
+            assert frontier == (pos[fresh[1]] if 0 <= fresh[1] < fresh[0] else None, fresh[2],
                                 fresh[3])
             checked += cont[0] - n1
     assert checked > 1000           # the continuations did add nodes

@@ -173,8 +173,8 @@ def test_batch_forest_is_the_union_top_p(fam):
 
             def provide(p, key=key):
                 out = np.empty(fam.vocab_size)
-                _node_head(spec.kinds, spec.cw, spec.fpar, spec.ipar, spec.data, spec.cprog,
-                           spec.head_cap, key, np.asarray(p, np.int64), fam.vocab_size, out)
+                _node_head(spec.law, spec.head_cap, key, np.asarray(p, np.int64), fam.vocab_size,
+                           out)
                 return out
 
             e, _a, _d = best_first(provide, list(range(1, p_max + 1)), lambda p: 1.0)
