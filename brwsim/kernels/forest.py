@@ -23,7 +23,7 @@ from brwsim.kernels.dist import CTX_F, CTX_I, ROOT_DRAW
 from brwsim.kernels.rng import mix, root_key
 from brwsim.kernels.select import score_nested
 from brwsim.kernels.spec import Out
-from brwsim.kernels.tree import (HUGE_TIE, T_LIMIT, TOO_FEW, deeper_levels, grow_tree,
+from brwsim.kernels.tree import (HUGE_TIE, T_LIMIT, TOO_FEW, Workspace, deeper_levels, grow_tree,
                                  new_workspace, wider_buffers)
 
 _BATCH = np.uint64(0x3C6EF372FE94F82B)     # purpose: iteration root -> request roots
@@ -66,53 +66,52 @@ def grow_forest(law, head_cap, rkeys, budgets, max_depth, t, ws, starts, out, co
     visited, next threshold, workspace, nodes of the final pass) or a negative status as
     :func:`grow_tree`.
     """
-    flags = ws.flags
+    nodes, order, levels, sel, flags, lv = ws
     n_roots = rkeys.shape[0]
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth
-    cap = ws.nodes.pos.shape[0]
+    cap = nodes.pos.shape[0]
     mode = AIM_TIES if flags[0] == 1.0 else AIM_REPEAT
     search = new_search()
     visited = 0
     while True:
         n = 0
         status = 0
-        nodes = ws.nodes
         for r in range(n_roots):
             starts[r] = n
-            ws.levels.li[0, CTX_I] = 0
-            ws.levels.lf[0, CTX_F] = 0.0
+            levels.li[0, CTX_I] = 0
+            levels.lf[0, CTX_F] = 0.0
             rest = Nodes(nodes.pos[n:], nodes.dep[n:], nodes.onpath[n:], nodes.nkey[n:],
                          nodes.nxt[n:], nodes.nrk[n:])      # root r's nodes from slot n on
-            k = collect(law, rkeys[r], ROOT_DRAW, t, cut, rest, ws.levels, 0, ws.order)[0]
+            k = collect(law, rkeys[r], ROOT_DRAW, t, cut, rest, levels, 0, order)[0]
             if k < 0:
                 status = k
                 break
             n += k
         starts[n_roots] = n
         if status == TOO_DEEP:
-            ws = deeper_levels(ws, head_cap)
+            levels = deeper_levels(levels, head_cap)
             continue
         if status == ABORT:
             n = ABORT
         visited += cap if n == ABORT else n
-        done, t, widen, search = after_pass(ws.nodes.pos, ws.nodes.dep, ws.order, n, cap, p_max,
-                                            t, mode, flags, search)
+        done, t, widen, search = after_pass(nodes.pos, nodes.dep, order, n, cap, p_max, t, mode,
+                                            flags, search)
         if widen:
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, ws, 0  # (the caller stops: an error)
+                return HUGE_TIE, t, Workspace(nodes, order, levels, sel, flags, lv), 0  # (error)
             cap *= 2
-            ws = wider_buffers(ws, cap)
+            nodes, order, sel, lv = wider_buffers(cap)
         if done:
             break
         if t > T_LIMIT:
-            return TOO_FEW, t, ws, 0   # (the caller stops: an error)
-    nodes = ws.nodes
-    if score_nested(n, nodes.pos, nodes.dep, nodes.onpath, ws.order, ws.sel, budgets, out.acc,
+            return TOO_FEW, t, Workspace(nodes, order, levels, sel, flags, lv), 0   # (error)
+    if score_nested(n, nodes.pos, nodes.dep, nodes.onpath, order, sel, budgets, out.acc,
                     out.exp, out.dep, col, flags[0] == 1.0)[1] > 1:
         flags[0] = 1.0              # exact ties: aim as for them (see grow_tree)
     flags[1] = tune(flags[1], search.short, mode)
-    return visited, aim(n, p_max, t, mode, flags[1], flags[2]), ws, n
+    return (visited, aim(n, p_max, t, mode, flags[1], flags[2]),
+            Workspace(nodes, order, levels, sel, flags, lv), n)
 
 
 @njit_cached

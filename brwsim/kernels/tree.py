@@ -92,22 +92,22 @@ def new_nodes(cap):
 
 
 @njit_cached
-def wider_buffers(ws, cap):
-    """``ws`` with its node-sized buffers for ``cap`` nodes (a pass's buffers widened for a
-    tie): nodes, the order scratch, the level-by-level pass's and the scoring's buffers."""
-    return Workspace(new_nodes(cap), np.empty(cap, np.int32), ws.levels, score_buffers(cap),
-                     ws.flags, level_buffers(cap))
+def wider_buffers(cap):
+    """The node-sized buffers of a :class:`Workspace` for ``cap`` nodes (a pass's buffers
+    widened for a tie): nodes, the order scratch, the scoring's and the level-by-level
+    pass's buffers."""
+    return new_nodes(cap), np.empty(cap, np.int32), score_buffers(cap), level_buffers(cap)
 
 
 @njit_cached
-def deeper_levels(ws, head_cap):
-    """``ws`` with twice its levels (a pass went deeper than they reach); the root's head row
-    is kept (a preset root may keep its state there)."""
-    levels = walk_levels(2 * ws.levels.keys.shape[0], head_cap)
-    root_row = ws.levels.head[0]
+def deeper_levels(levels, head_cap):
+    """Twice as many levels as ``levels`` (a pass went deeper than they reach), the root's
+    head row kept (a preset root may keep its state there)."""
+    deeper = walk_levels(2 * levels.keys.shape[0], head_cap)
+    root_row = levels.head[0]
     for j in range(root_row.shape[0]):      # (a slice assignment would compile numba's
-        levels.head[0, j] = root_row[j]     # long shape-mismatch message code)
-    return Workspace(ws.nodes, ws.order, levels, ws.sel, ws.flags, ws.lv)
+        deeper.head[0, j] = root_row[j]     # long shape-mismatch message code)
+    return deeper
 
 
 @kernel
@@ -155,7 +155,7 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
     depth cap have a positive path probability.
     """
     kinds, fpar, ipar, data, cprog = law.kinds, law.fpar, law.ipar, law.data, law.cprog
-    flags = ws.flags
+    nodes, order, levels, sel, flags, lv = ws
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
@@ -172,7 +172,7 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
     p_stop = 0 if mode == AIM_RESUME or level else p_max
     aim_mode = AIM_REPEAT if p_stop > 0 and not closed else mode
     search = new_search()
-    cap = ws.nodes.pos.shape[0]
+    cap = nodes.pos.shape[0]
     top = top_bound(kinds, fpar, closed)
     visited = 0
     n = 0
@@ -187,16 +187,14 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
             n0 = 0
             resumed = True
             lowered = False
-            nodes = ws.nodes
             n = level_pass(fpar, ipar, data, rkey, tie_cut(t), cap, cut, top, nodes.pos, nodes.dep,
-                           nodes.onpath, ws.lv)
+                           nodes.onpath, lv)
             filled = 0              # (an overflowing level is not written)
         elif fresh:
-            ws.levels.li[0, CTX_I] = root_ci
-            ws.levels.lf[0, CTX_F] = root_cf
+            levels.li[0, CTX_I] = root_ci
+            levels.lf[0, CTX_F] = root_cf
             n0 = 0
-            n, fr, fu, fc, low = collect(law, rkey, root_mode, t, cut, ws.nodes, ws.levels, p_stop,
-                                         ws.order)
+            n, fr, fu, fc, low = collect(law, rkey, root_mode, t, cut, nodes, levels, p_stop, order)
             filled = cap
             lowered = low < np.inf      # the pass lowered its cut-off: P_max nodes lie below
             if low < t:
@@ -205,27 +203,26 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
             n0 = n
             resumed = True
             lowered = False
-            n, fr, fu, fc = resume(law, t, cut, n, (fr, fu, fc), ws.nodes, ws.levels)
+            n, fr, fu, fc = resume(law, t, cut, n, (fr, fu, fc), nodes, levels)
             filled = cap
         if n == TOO_DEEP:
-            ws = deeper_levels(ws, head_cap)
+            levels = deeper_levels(levels, head_cap)
             fresh = True
             resumed = False
             continue
         visited += cap - n0 if n == ABORT else n - n0
-        done, t, widen, search = after_pass(ws.nodes.pos, ws.nodes.dep, ws.order, n, filled,
-                                            p_max, t, mode, flags, search)
+        done, t, widen, search = after_pass(nodes.pos, nodes.dep, order, n, filled, p_max, t,
+                                            mode, flags, search)
         fresh = n == ABORT or not continued
         if fresh and not level:
             resumed = False
         if widen:                   # a huge tie at one position: widen the buffers
             if 2 * cap > MAX_NODES:
-                return HUGE_TIE, t, ws     # (the caller stops: an error)
+                return HUGE_TIE, t, Workspace(nodes, order, levels, sel, flags, lv)   # (an error)
             cap *= 2
-            ws = wider_buffers(ws, cap)
+            nodes, order, sel, lv = wider_buffers(cap)
         if done:
-            nodes = ws.nodes
-            zone = score_nested(n, nodes.pos, nodes.dep, nodes.onpath, ws.order, ws.sel, budgets,
+            zone = score_nested(n, nodes.pos, nodes.dep, nodes.onpath, order, sel, budgets,
                                 out.acc, out.exp, out.dep, col, flags[0] == 1.0)[1]
             if zone > 1:            # exact ties: aim as for them, continue no more passes
                 flags[0] = 1.0
@@ -237,10 +234,11 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
             level = False
             continue
         if t > T_LIMIT:             # the threshold passed every positive path probability
-            return TOO_FEW, t, ws      # (the caller stops: an error)
+            return TOO_FEW, t, Workspace(nodes, order, levels, sel, flags, lv)     # (an error)
     flags[1] = tune(flags[1], search.short, aim_mode)
     # (a lowered pass's threshold is where P_max nodes lie, whatever ties it holds)
-    return visited, aim(p_max if lowered else n, p_max, t, aim_mode, flags[1], flags[2]), ws
+    return (visited, aim(p_max if lowered else n, p_max, t, aim_mode, flags[1], flags[2]),
+            Workspace(nodes, order, levels, sel, flags, lv))
 
 
 @njit_cached
