@@ -117,6 +117,7 @@ def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx
         def closed_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
             li[d, LISTED] = 0             # unreachable: every component is closed
         return closed_only
+    contextual = _group(law) == types.int32     # (a constant: plain kernels hold no call)
 
     def lazy(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
         fpar, ipar, data = law.fpar, law.ipar, law.data
@@ -126,8 +127,10 @@ def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx
             dirichlet_init(data, fpar, ipar, c, dk, d, li, head, min_logq)
         elif kind == ENTROPY:
             entropy_init(ipar, data, c, dk, d, lf, li, u_ctx)
-        elif is_contextual(kind):
-            _contextual_init(law, kind, c, d, li, head, min_logq, pd, rank)
+        elif contextual and is_contextual(kind):
+            # (the arrays one by one: passing the law tuple made this call slower)
+            _contextual_init(kind, c, fpar, ipar, data, law.cprog, d, li, head, min_logq, pd,
+                             rank)
     return lazy
 
 
@@ -148,38 +151,27 @@ def kinds_dtype(kinds) -> type:
     return CONTEXTUAL_KINDS if contextual else (CLOSED_KINDS if closed else PLAIN_KINDS)
 
 
-def _contextual_init(law, kind, c, d, li, head, min_logq, pd, rank):
-    """Set up an NGRAM, LSTM or TRANSFORMER level (a plain-kinds family has none: never called)."""
-    raise NotImplementedError("only called from numba kernels")
-
-
-@overload(_contextual_init, jit_options={"_nrt": False})
-def _contextual_init_impl(law, kind, c, d, li, head, min_logq, pd, rank):
-    if _group(law) != types.int32:
-        def plain(law, kind, c, d, li, head, min_logq, pd, rank):
-            li[d, LISTED] = 0             # unreachable: a plain family has no such component
-        return plain
-
-    def contextual(law, kind, c, d, li, head, min_logq, pd, rank):
-        fpar, ipar, data, cprog = law.fpar, law.ipar, law.data, law.cprog
-        if kind == NGRAM:
-            # ranks sorted into head[d, :V], their tokens into head[d, V:]
-            li[d, LISTED] = ngram_init(data, ipar[c, DATA_OFF], fpar[c, NGRAM_BETA], li[d, CTX_I],
-                                       min_logq, head, d)
-        elif kind == LSTM:
-            # ranks into head[d, :V], their classes into head[d, V:], the state after them
-            n_list = li[pd, LISTED] if pd >= 0 else 0
-            net = (data, ipar[c, DATA_OFF], fpar[c, LSTM_BETA], fpar[c, LSTM_CARRY], 0.0, 0)
-            li[d, LISTED] = net_init(True, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
-                                     min_logq, head, li[d, CTX_I])
-        else:
-            # TRANSFORMER: ranks and their tokens, the cache after them
-            n_list = li[pd, LISTED] if pd >= 0 else 0
-            net = (data, ipar[c, DATA_OFF], fpar[c, TF_BETA], fpar[c, TF_CARRY],
-                   fpar[c, TF_WINDOW], ipar[c, TF_SLOTS])
-            li[d, LISTED] = net_init(False, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
-                                     min_logq, head, li[d, CTX_I])
-    return contextual
+@kernel
+def _contextual_init(kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
+    """Set up an NGRAM, LSTM or TRANSFORMER level (compiled only into the kernels of the
+    contextual kind group: see :func:`_lazy_init`)."""
+    if kind == NGRAM:
+        # ranks sorted into head[d, :V], their tokens into head[d, V:]
+        li[d, LISTED] = ngram_init(data, ipar[c, DATA_OFF], fpar[c, NGRAM_BETA], li[d, CTX_I],
+                                   min_logq, head, d)
+    elif kind == LSTM:
+        # ranks into head[d, :V], their classes into head[d, V:], the state after them
+        n_list = li[pd, LISTED] if pd >= 0 else 0
+        net = (data, ipar[c, DATA_OFF], fpar[c, LSTM_BETA], fpar[c, LSTM_CARRY], 0.0, 0)
+        li[d, LISTED] = net_init(True, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                 min_logq, head, li[d, CTX_I])
+    else:
+        # TRANSFORMER: ranks and their tokens, the cache after them
+        n_list = li[pd, LISTED] if pd >= 0 else 0
+        net = (data, ipar[c, DATA_OFF], fpar[c, TF_BETA], fpar[c, TF_CARRY], fpar[c, TF_WINDOW],
+               ipar[c, TF_SLOTS])
+        li[d, LISTED] = net_init(False, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
+                                 min_logq, head, li[d, CTX_I])
 
 
 @inline_kernel

@@ -89,7 +89,7 @@ def test_dispatch_entries(code):
                or (row.contextual and "is_contextual(kind)" in init))
     assert init_ok, f"{row.name}: no entry in dist_init"
     if row.contextual:
-        assert row.name in inspect.getsource(dist._contextual_init_impl), row.name
+        assert row.name in inspect.getsource(dist._contextual_init.py_func), row.name
     # dist_next reads a level by its effective kind: ENTROPY sets up a GEOMETRIC or ZIPF one
     effective = ["GEOMETRIC", "ZIPF"] if code == kinds.ENTROPY else [row.name]
     for name in effective:
