@@ -155,7 +155,12 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
     depth cap have a positive path probability.
     """
     kinds, fpar, ipar, data, cprog = law.kinds, law.fpar, law.ipar, law.data, law.cprog
+    # (the buffers' arrays are bound to names once, and again when rebound: each read of a
+    # tuple's field in this kernel, which has the numba runtime, costs reference counts)
     nodes, order, levels, sel, flags, lv = ws
+    pos, dep, onpath = nodes.pos, nodes.dep, nodes.onpath
+    li, lf = levels.li, levels.lf
+    acc_out, exp_out, dep_out = out
     p_max = budgets[budgets.shape[0] - 1]
     cut = p_max if p_max < max_depth else max_depth   # no top-P node is deeper than P
     closed = closed_form(kinds, cprog)
@@ -172,7 +177,7 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
     p_stop = 0 if mode == AIM_RESUME or level else p_max
     aim_mode = AIM_REPEAT if p_stop > 0 and not closed else mode
     search = new_search()
-    cap = nodes.pos.shape[0]
+    cap = pos.shape[0]
     top = top_bound(kinds, fpar, closed)
     visited = 0
     n = 0
@@ -187,12 +192,11 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
             n0 = 0
             resumed = True
             lowered = False
-            n = level_pass(fpar, ipar, data, rkey, tie_cut(t), cap, cut, top, nodes.pos, nodes.dep,
-                           nodes.onpath, lv)
+            n = level_pass(fpar, ipar, data, rkey, tie_cut(t), cap, cut, top, pos, dep, onpath, lv)
             filled = 0              # (an overflowing level is not written)
         elif fresh:
-            levels.li[0, CTX_I] = root_ci
-            levels.lf[0, CTX_F] = root_cf
+            li[0, CTX_I] = root_ci
+            lf[0, CTX_F] = root_cf
             n0 = 0
             n, fr, fu, fc, low = collect(law, rkey, root_mode, t, cut, nodes, levels, p_stop, order)
             filled = cap
@@ -207,12 +211,13 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
             filled = cap
         if n == TOO_DEEP:
             levels = deeper_levels(levels, head_cap)
+            li, lf = levels.li, levels.lf
             fresh = True
             resumed = False
             continue
         visited += cap - n0 if n == ABORT else n - n0
-        done, t, widen, search = after_pass(nodes.pos, nodes.dep, order, n, filled, p_max, t,
-                                            mode, flags, search)
+        done, t, widen, search = after_pass(pos, dep, order, n, filled, p_max, t, mode, flags,
+                                            search)
         fresh = n == ABORT or not continued
         if fresh and not level:
             resumed = False
@@ -221,9 +226,10 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
                 return HUGE_TIE, t, Workspace(nodes, order, levels, sel, flags, lv)   # (an error)
             cap *= 2
             nodes, order, sel, lv = wider_buffers(cap)
+            pos, dep, onpath = nodes.pos, nodes.dep, nodes.onpath
         if done:
-            zone = score_nested(n, nodes.pos, nodes.dep, nodes.onpath, order, sel, budgets,
-                                out.acc, out.exp, out.dep, col, flags[0] == 1.0)[1]
+            zone = score_nested(n, pos, dep, onpath, order, sel, budgets, acc_out, exp_out,
+                                dep_out, col, flags[0] == 1.0)[1]
             if zone > 1:            # exact ties: aim as for them, continue no more passes
                 flags[0] = 1.0
             if not (resumed and zone > 1):
