@@ -42,6 +42,13 @@ def new_search():
 
 
 @kernel
+def bracket_search(search, t):
+    """``search``'s bracket for a pass at ``t`` that learns nothing (the policies' passes:
+    not a first pass, no count to learn the growth rate from)."""
+    return Search(search.t_lo, search.t_hi, np.int64(1), _NONE, t, False)
+
+
+@kernel
 def start_threshold(p_max):
     """The first pass's threshold -log p for a largest budget ``p_max`` (it only sets the
     speed: every pass retargets it until it holds enough nodes)."""

@@ -44,7 +44,7 @@ from brwsim.kernels.policies import NEG_INF, Collected, _init_node, _layer_top, 
 from brwsim.kernels.rng import PATH, child_key, purpose_key, unit
 from brwsim.kernels.netinit import net_init
 from brwsim.kernels.transformer import META, TF_CARRY, TF_SLOTS, TF_WINDOW
-from brwsim.kernels.aim import AIM_TIES, Search, after_pass, aim
+from brwsim.kernels.aim import AIM_TIES, after_pass, aim, bracket_search, new_search
 from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
 from brwsim.kernels.select import accumulate, select_by, tie_cut
 from brwsim.kernels.tree import first_levels, node_buffers
@@ -289,8 +289,7 @@ def best_chunk(law, head_cap, roots, draft, budgets, t_start, out):
     visited = 0
     unit_rate = np.ones(3)          # after_pass's flags: growth rate 1, not learnt
     for col in range(rkeys.shape[0]):
-        t_lo = -np.inf              # the bracket; no rate is learnt (a pass is never first)
-        t_hi = np.inf
+        search = new_search()
         while True:
             _preset_row(rhead, col, lev.rows.head)
             n = _best_collect(law, roots, col, draft, v, dprog, t, cap, p_max,
@@ -301,10 +300,7 @@ def best_chunk(law, head_cap, roots, draft, budgets, t_start, out):
                 continue
             visited += cap if n == ABORT else n
             done, t, widen, search = after_pass(est, dep, order, n, cap, p_max, t, AIM_TIES,
-                                                unit_rate,
-                                                Search(t_lo, t_hi, np.int64(1), np.int64(-1), t,
-                                                       False))
-            t_lo, t_hi = search.t_lo, search.t_hi
+                                                unit_rate, bracket_search(search, t))
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, forwards[0], forwards[1], t

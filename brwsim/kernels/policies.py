@@ -44,7 +44,7 @@ import numpy as np
 from brwsim.kernels import kernel, njit_cached
 from brwsim.kernels.dist import CTX_F, CTX_I, LEVEL_F, LEVEL_I, dist_init, dist_next
 from brwsim.kernels.rng import PATH, child_key, normal, purpose_key, unit
-from brwsim.kernels.aim import AIM_TIES, Search, after_pass, aim
+from brwsim.kernels.aim import AIM_TIES, after_pass, aim, bracket_search, new_search
 from brwsim.kernels.collect import ABORT, MAX_NODES, TOO_DEEP
 from brwsim.kernels.select import accumulate, before, select, select_by, select_nested, tie_cut
 from brwsim.kernels.tree import first_levels, new_levels, node_buffers
@@ -606,8 +606,7 @@ def noisy_chunk(law, head_cap, roots, sigma, gamma, beta, kh, budgets, t_start, 
     visited = 0
     unit_rate = np.ones(3)          # after_pass's flags: growth rate 1, not learnt
     for col in range(rkeys.shape[0]):
-        t_lo = -np.inf              # the bracket; no rate is learnt (a pass is never first)
-        t_hi = np.inf
+        search = new_search()
         while True:
             _preset_row(rhead, col, lev.head)
             n = _noisy_collect(law, roots, col, noise, t, cap, p_max,
@@ -618,10 +617,7 @@ def noisy_chunk(law, head_cap, roots, sigma, gamma, beta, kh, budgets, t_start, 
                 continue
             visited += cap if n == ABORT else n
             done, t, widen, search = after_pass(est, dep, order, n, cap, p_max, t, AIM_TIES,
-                                                unit_rate,
-                                                Search(t_lo, t_hi, np.int64(1), np.int64(-1), t,
-                                                       False))
-            t_lo, t_hi = search.t_lo, search.t_hi
+                                                unit_rate, bracket_search(search, t))
             if widen:                   # a huge tie at one position: widen the buffers
                 if 2 * cap > MAX_NODES:
                     return -1, t
