@@ -19,7 +19,10 @@ All four cache compiled code in a folder keyed by a hash of the sources of compi
 (brwsim.kernels and any other module that defines a kernel). numba's own cache only
 notices changes to a function's file, so a caller in another module would keep stale
 machine code of a changed callee; keying on every such source avoids that.
-``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``.
+``NUMBA_CACHE_DIR`` (if set) is the parent of that folder, else ``~/.cache``. Inside it a
+module's machine code lies under its package path (``brwsim/kernels``), not under numba's
+hash of the module's absolute folder (:class:`PackageCacheLocator`), so that every install
+of the same code (a checkout, its wheel, a second virtual environment) shares one cache.
 
 Three things keep a cold start short and visible:
 
@@ -47,7 +50,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numba as nb
-from numba.core import event, types
+from numba.core import caching, event, types
 
 
 #: Text that marks a module outside brwsim.kernels as defining compiled code.
@@ -72,6 +75,41 @@ def _cache_dir() -> str:
 
 
 CACHE_DIR = _cache_dir()
+
+
+class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+    """numba's cache locator for brwsim's own functions: ``CACHE_DIR/<module's package
+    path>`` (``brwsim/kernels`` for :mod:`brwsim.kernels.tree`).
+
+    numba's locators file a function under a hash of its module's absolute folder, so a
+    wheel installed beside a checkout of the same code compiled everything again.
+    :data:`CACHE_DIR` is already keyed by the compiled sources' contents, and numba still
+    checks each file's SHA-256 against the index (the source stamp), so the install's
+    location need not enter the key. Functions of other packages get numba's own locators.
+    """
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        package = (py_func.__module__ or "").split(".")[:-1]
+        self._cache_path = os.path.join(CACHE_DIR, *package)
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        """The locator of a function of a ``brwsim.*`` module backed by a source file whose
+        cache folder can be written, else None (numba then tries its own locators)."""
+        if not (getattr(py_func, "__module__", None) or "").startswith("brwsim."):
+            return None
+        return super().from_function(py_func, py_file)
+
+
+#: numba's cache implementation (``CacheImpl`` in recent numba, ``_CacheImpl`` in older ones).
+_IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+if PackageCacheLocator not in _IMPL._locator_classes:
+    _IMPL._locator_classes.insert(0, PackageCacheLocator)
 
 
 def _unliteral_calls(dispatcher):

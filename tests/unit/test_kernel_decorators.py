@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 from types import SimpleNamespace
 
 import numpy as np
 
-from brwsim.kernels import CACHE_DIR, _CompileNotice, kernel
+from brwsim.kernels import CACHE_DIR, PackageCacheLocator, _CompileNotice, kernel
 from brwsim.kernels.dist import (CLOSED_KINDS, CONTEXTUAL_KINDS, DIRICHLET, ENTROPY, LSTM, NGRAM,
                                  PLAIN_KINDS, ZIPF, kinds_dtype)
 from brwsim.kernels.spec import Component, compile_spec
@@ -40,6 +41,25 @@ def test_kinds_dtype_selects_the_kind_group():
     spec = compile_spec([Component(kind=ZIPF)])
     assert spec.kinds.dtype == CLOSED_KINDS
     assert compile_spec([Component(kind=ZIPF), Component(kind=NGRAM)]).kinds.dtype == CONTEXTUAL_KINDS
+
+
+def test_the_cache_is_filed_by_package_path_not_by_install_folder(tmp_path):
+    """Two installs of the same code (a checkout and its wheel) share one cache folder."""
+    def fn():
+        return 0
+
+    paths = []
+    for install in ("checkout", "site-packages"):
+        source = tmp_path / install / "brwsim" / "kernels" / "tree.py"
+        source.parent.mkdir(parents=True)
+        source.write_text("x = 1\n")
+        fn.__module__ = "brwsim.kernels.tree"
+        paths.append(PackageCacheLocator.from_function(fn, str(source)).get_cache_path())
+    assert paths[0] == paths[1] == os.path.join(CACHE_DIR, "brwsim", "kernels")
+    fn.__module__ = "numpy.linalg"               # another package keeps numba's locators
+    assert PackageCacheLocator.from_function(fn, str(source)) is None
+    from brwsim.kernels.tree import simulate_chunk
+    assert simulate_chunk._cache._cache_path == os.path.join(CACHE_DIR, "brwsim", "kernels")
 
 
 def _event(module: str, name: str):
