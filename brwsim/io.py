@@ -76,8 +76,9 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
     -------
     dict of str to str
     """
-    import numba
+    import importlib.metadata
 
+    import numba
 
     now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     return {
@@ -91,7 +92,7 @@ def provenance_attrs(title: str, config: dict[str, Any], seed: int,
         **code_attrs(),
         "numpy_version": np.__version__,
         "numba_version": numba.__version__,
-        "xarray_version": xr.__version__,
+        "xarray_version": importlib.metadata.version("xarray"),   # without importing it
         "python_version": platform.python_version(),
         "date_created": now,
     }

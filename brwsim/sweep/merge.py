@@ -266,15 +266,15 @@ class _BlockWriter:
     def _theory(self, point: int, put: Callable[[str, Any], None]) -> None:
         ds = self._shard(point, THEORY_CHUNK)
         for name in (*THEORY_VARS, "paper_bound"):
-            put(name, ds[name].values)
+            put(name, ds[name])
         for name in ("paper_bound", *THEORY_BUDGET_VARS):
-            if name in ds and ds[name].attrs.get("reason"):
+            if name in ds and ds.var_attrs(name).get("reason"):
                 self.reasons.setdefault(name, []).append(
-                    f"point {point}: NaN: {ds[name].attrs['reason']}")
+                    f"point {point}: NaN: {ds.var_attrs(name)['reason']}")
         put("moments_exact", int(ds.attrs["moments_exact"]))
         for name in THEORY_BUDGET_VARS:
             if name in self.vars:
-                put(name, ds[name].values)
+                put(name, ds[name])
         if ds.attrs.get("note"):
             self.notes.append(f"point {point}: {ds.attrs['note']}")
 
@@ -286,13 +286,13 @@ class _BlockWriter:
         for chunk, first, count in self.cfg.chunks():
             ds = self._shard(point, chunk)
             for name, parts in sums.items():
-                parts.append(ds[name].values)
-            h = ds["accepted_hist"].values
+                parts.append(ds[name])
+            h = ds["accepted_hist"]
             hist[:, :h.shape[1]] += h
             if self.raw:
                 cols = idx + (slice(None), slice(first, first + count))
                 for name in RAW_VARS:
-                    self.vars[name][cols] = ds[name].values
+                    self.vars[name][cols] = ds[name]
         total = {name: np.array([math.fsum(col) for col in np.stack(parts).T])
                  for name, parts in sums.items()}
         for name, value in total.items():

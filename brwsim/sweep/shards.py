@@ -4,14 +4,13 @@ A task is keyed by ``(point, chunk)``: a chunk of iterations of one parameter po
 (:class:`ChunkTask`), or the point's theory (:class:`TheoryTask`: moments, the paper's
 bound, the renewal prediction; chunk ``-1``). A worker runs the task and writes one shard,
 ``shards/p<point>_c<chunk>.nc`` or ``shards/p<point>_theory.nc``, atomically through
-:func:`brwsim.io.write_netcdf_atomic`. Shards carry the configuration hash, their key, their
-shape and the code that wrote them (``git_commit``, ``brwsim_version``: :func:`shard_code`)
-in attributes, Fletcher-32 checksums on every array variable and a SHA-256 (attribute
-``checksum_sha256``) of every variable's values (scalars such as ``mu``, and the
-arrays' bytes: an element edited through netCDF, which recomputes the Fletcher-32, is
-caught), every coordinate and every other attribute (``nodes_visited``, ``x_max``, ...),
-so :func:`read_shard` can tell a complete shard of this sweep from a corrupt, partial,
-edited or foreign one.
+:func:`brwsim.sweep.shardfile.write_shard`. Shards carry the configuration hash, their key,
+their shape and the code that wrote them (``git_commit``, ``brwsim_version``:
+:func:`shard_code`) in attributes, Fletcher-32 checksums on every array variable and a
+SHA-256 (attribute ``checksum_sha256``, :func:`brwsim.sweep.shardfile.digest`) of every
+variable's values, every coordinate and every other attribute (``nodes_visited``,
+``x_max``, ...), so :func:`read_shard` can tell a complete shard of this sweep from a
+corrupt, partial, edited or foreign one.
 
 Chunk shards hold exact sufficient statistics per budget (sums and sums of squares, each
 summed with :func:`math.fsum`, and the histogram of X), plus the raw per-iteration arrays
@@ -21,7 +20,6 @@ unless the sweep is summary-only.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import time
@@ -34,10 +32,10 @@ import numpy as np
 from brwsim.engine import run_forest, run_iterations
 from brwsim.families.base import Family, Spec
 from brwsim.interrupt import worker_guard
-from brwsim.io import code_attrs, write_netcdf_atomic
-from brwsim.lazy import xarray as xr
+from brwsim.io import code_attrs
 from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.simulate import iterations_per_call
+from brwsim.sweep.shardfile import DIGEST, Shard, Variable, digest, read_shard_file, seal, write_shard
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
 __all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
@@ -64,48 +62,6 @@ THEORY_VARS = ("mu", "mu2", "mu_se", "mu2_se", "h2")
 #: Per-budget theory variables of a theory shard (absent when the prediction is "none").
 THEORY_BUDGET_VARS = ("prediction", "prediction_se", "upper_bound", "upper_bound_se",
                       "upper_bound_point")
-_CHECKSUM = {"fletcher32": True}
-_DIGEST = "checksum_sha256"
-
-
-def _digest(ds: xr.Dataset) -> str:
-    """SHA-256 of the shard's variables, coordinates and attributes (all but the digest).
-
-    Scalars and attributes enter as JSON with floats as ``float.hex`` (exact); arrays
-    (variables and coordinates) as their name, shape and bytes in a canonical dtype
-    (int64 for integers, float64 for floats, little-endian), so any changed element is
-    detected, whatever netCDF recomputed.
-    """
-    def norm(v: Any) -> Any:
-        v = v.item() if isinstance(v, np.generic) else v
-        if isinstance(v, np.ndarray):
-            return [norm(x) for x in v.tolist()]
-        return float(v).hex() if isinstance(v, float) else v if isinstance(v, (int, str)) else repr(v)
-
-    h = hashlib.sha256()
-    scalars = {name: norm(ds[name].values.item()) for name in sorted(ds.data_vars)
-               if ds[name].ndim == 0}
-    attrs = {k: norm(v) for k, v in sorted(ds.attrs.items()) if k != _DIGEST}
-    h.update(json.dumps({"scalars": scalars, "attrs": attrs}, sort_keys=True).encode())
-    arrays = {**{n: ds[n] for n in ds.data_vars if ds[n].ndim > 0},
-              **{f"coord:{n}": ds.coords[n] for n in ds.coords}}
-    for name in sorted(arrays):
-        values = np.asarray(arrays[name].values)
-        kind = "<i8" if values.dtype.kind in "iub" else "<f8" if values.dtype.kind == "f" else None
-        h.update(f"|{name}|{values.shape}|".encode())
-        h.update(np.ascontiguousarray(values, dtype=kind).tobytes() if kind
-                 else repr(values.tolist()).encode())
-    return h.hexdigest()
-
-
-def _seal(ds: xr.Dataset) -> xr.Dataset:
-    """Turn on Fletcher-32 for every variable and record the scalar digest."""
-    for var in ds.variables.values():
-        var.encoding.update(_CHECKSUM)
-    ds.attrs[_DIGEST] = _digest(ds)
-    return ds
-
-
 def shard_name(point: int, chunk: int) -> str:
     """File name of the shard of task ``(point, chunk)`` (chunk -1: the theory shard)."""
     return f"p{point:07d}_theory.nc" if chunk == THEORY_CHUNK else f"p{point:07d}_c{chunk:06d}.nc"
@@ -217,7 +173,7 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     worker_guard(task.driver)
     start = time.perf_counter()
     if isinstance(task, TheoryTask):
-        write_netcdf_atomic(_theory_dataset(task), task.path, clean=False)
+        write_shard(_theory_shard(task), task.path)
         return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
                           running_code())
     if task.family is not None:
@@ -232,8 +188,7 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
         acc_s, exp_s, visited = acc, exp, 0
     else:
         acc, exp, dep, acc_s, exp_s, visited = _optimal_in_calls(task)
-    ds = _chunk_dataset(task, acc, exp, dep, visited, acc_s, exp_s)
-    write_netcdf_atomic(ds, task.path, clean=False)
+    write_shard(_chunk_shard(task, acc, exp, dep, visited, acc_s, exp_s), task.path)
     return TaskResult(task.point, task.chunk, int(acc.max()), visited,
                       task.count * int(task.budgets[-1]), time.perf_counter() - start,
                       running_code())
@@ -332,35 +287,33 @@ def _fsum_rows(a: np.ndarray) -> np.ndarray:
     return np.array([math.fsum(row) for row in a.astype(np.float64)])
 
 
-def _chunk_dataset(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.ndarray,
-                   visited: int, acc_split: np.ndarray, exp_split: np.ndarray) -> xr.Dataset:
+def _chunk_shard(task: ChunkTask, acc: np.ndarray, exp: np.ndarray, dep: np.ndarray,
+                 visited: int, acc_split: np.ndarray, exp_split: np.ndarray) -> Shard:
     raw = {"accepted": acc, "expected_accepted": exp, "depth": dep}
-    data: dict[str, Any] = {}
+    data: dict[str, Variable] = {}
     for name, source, squared in SUM_VARS:
         x = raw[source].astype(np.float64)
-        data[name] = ("budget", _fsum_rows(x * x if squared else x))
+        data[name] = Variable(("budget",), _fsum_rows(x * x if squared else x))
     both = {**raw, "accepted_split": acc_split, "expected_accepted_split": exp_split}
     for name, source, other in PRODUCT_SUMS:
         x = both[source].astype(np.float64)
-        data[name] = ("budget", _fsum_rows(x if other is None else x * both[other]))
+        data[name] = Variable(("budget",), _fsum_rows(x if other is None else x * both[other]))
     x_max = int(acc.max())
     hist = np.stack([np.bincount(row, minlength=x_max + 1) for row in acc]).astype(np.int64)
-    data["accepted_hist"] = (("budget", "accepted_value"), hist)
-    coords: dict[str, Any] = {"budget": task.budgets}
+    data["accepted_hist"] = Variable(("budget", "accepted_value"), hist)
+    coords = {"budget": np.asarray(task.budgets)}
     if task.raw:
         for name, arr in raw.items():
-            data[name] = (("budget", "iteration"), arr)
+            data[name] = Variable(("budget", "iteration"), np.asarray(arr))
         coords["iteration"] = np.arange(task.first, task.first + task.count, dtype=np.int64)
-    ds = xr.Dataset(data, coords, _shard_attrs(task, first=task.first, count=task.count,
+    return seal(Shard(data, coords, _shard_attrs(task, first=task.first, count=task.count,
                                                  x_max=x_max, nodes_visited=visited,
-                                                 raw=int(task.raw), batch=task.batch))
-    return _seal(ds)
+                                                 raw=int(task.raw), batch=task.batch)))
 
 
-def _theory_dataset(task: TheoryTask) -> xr.Dataset:
-
+def _theory_shard(task: TheoryTask) -> Shard:
     mom = task.family.moments()
-    data: dict[str, Any] = {name: ((), getattr(mom, name)) for name in THEORY_VARS}
+    data = {name: Variable((), np.asarray(getattr(mom, name), np.float64)) for name in THEORY_VARS}
     note = ""
     why = paper_bound_reason(task.family)
     if why is not None:
@@ -372,19 +325,19 @@ def _theory_dataset(task: TheoryTask) -> xr.Dataset:
             bound, why = np.full(task.budgets.size, np.nan), str(exc)
     if why is not None:
         note = f"paper bound: {why}"
-    data["paper_bound"] = ("budget", np.asarray(bound, dtype=np.float64),
-                           {"reason": why} if why else {})
+    data["paper_bound"] = Variable(("budget",), np.asarray(bound, dtype=np.float64),
+                                   {"reason": why} if why else {})
     if task.method != "none":
         pred, reasons = _prediction(task.family, task.budgets, task.method)
         for name, values in pred.items():
-            data[name] = ("budget", values, {"reason": reasons[name]} if name in reasons else {})
+            data[name] = Variable(("budget",), np.asarray(values, np.float64),
+                                  {"reason": reasons[name]} if name in reasons else {})
         why = "; ".join(f"{name.replace('_', ' ')}: {reasons[name]}"
                         for name in ("prediction", "upper_bound") if name in reasons)
         note = "; ".join(x for x in (note, why) if x)
-    ds = xr.Dataset(data, {"budget": task.budgets},
-                    _shard_attrs(task, moments_exact=int(mom.exact), prediction_method=task.method,
-                                 note=note))
-    return _seal(ds)
+    return seal(Shard(data, {"budget": np.asarray(task.budgets)},
+                      _shard_attrs(task, moments_exact=int(mom.exact),
+                                   prediction_method=task.method, note=note)))
 
 
 def _prediction(family: Family, budgets: np.ndarray, method: str
@@ -401,7 +354,7 @@ def _prediction(family: Family, budgets: np.ndarray, method: str
 
 def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
                budgets: np.ndarray, first: int = 0, count: int = 0,
-               raw: bool = False, inputs: str = "") -> xr.Dataset | None:
+               raw: bool = False, inputs: str = "") -> Shard | None:
     """Load a shard and check it belongs to this task, or ``None`` when it is unusable.
 
     A shard is usable when it reads completely (every Fletcher-32 checksum verifies),
@@ -411,16 +364,15 @@ def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
 
     Returns
     -------
-    xarray.Dataset or None
-        The shard, loaded into memory (it is closed).
+    brwsim.sweep.shardfile.Shard or None
+        The shard's contents (the file is closed).
     """
     try:
-        with xr.open_dataset(path, engine="netcdf4") as opened:
-            ds = opened.load()
+        ds = read_shard_file(path)
     except Exception:  # noqa: BLE001 - any failure to read (HDF5, netCDF, checksum) = corrupt
         return None
     a = ds.attrs
-    if a.get(_DIGEST) != _digest(ds):
+    if a.get(DIGEST) != digest(ds):
         return None
     expect = {"brwsim_shard_format": SHARD_FORMAT, "config_hash": config_hash,
               "point": point, "chunk": chunk}
@@ -430,7 +382,7 @@ def read_shard(path: str | Path, *, config_hash: str, point: int, chunk: int,
         return None
     if str(a.get(_INPUTS, "")) != inputs:          # a checkpoint, bank or corpus changed
         return None
-    if "budget" not in ds.coords or not np.array_equal(ds["budget"].values, budgets):
+    if "budget" not in ds.coords or not np.array_equal(ds["budget"], budgets):
         return None
     return ds if _shapes_ok(ds, budgets.size, chunk, count, raw) else None
 
@@ -440,7 +392,7 @@ def _attr(attrs: dict[str, Any], key: str) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _shapes_ok(ds: xr.Dataset, nb: int, chunk: int, count: int, raw: bool) -> bool:
+def _shapes_ok(ds: Shard, nb: int, chunk: int, count: int, raw: bool) -> bool:
     if chunk == THEORY_CHUNK:
         if "moments_exact" not in ds.attrs:
             return False

@@ -363,11 +363,21 @@ def test_plot_reports_the_file_it_wrote(capsys, tmp_path):
 def full_at_write(monkeypatch):
     """netCDF writes fail as HDF5 does on a full disk ("NetCDF: HDF error"), and the file
     system then reports no room; the up-front room check is passed (the estimate fitted)."""
+    import netCDF4
+
     def fail(self, *args, **kwargs):
         raise RuntimeError("NetCDF: HDF error")
 
+    opened = netCDF4.Dataset
+
+    def dataset(path, mode="r", *args, **kwargs):       # the shards' and merges' writes
+        if mode != "r":
+            raise RuntimeError("NetCDF: HDF error")
+        return opened(path, mode, *args, **kwargs)
+
     real = shutil.disk_usage
     monkeypatch.setattr(xr.Dataset, "to_netcdf", fail)
+    monkeypatch.setattr(netCDF4, "Dataset", dataset)
     monkeypatch.setattr(validate, "_check_room", lambda *args: None)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=0))
 

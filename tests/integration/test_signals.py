@@ -200,7 +200,7 @@ def test_sigint_while_a_resumed_sweep_reads_and_merges_its_shards(tmp_path, warm
     toml = tmp_path / "s.toml"
     toml.write_text('[sweep]\niterations = 2\nchunk = 1\nbudgets = [1, 2]\nprediction = "none"\n'
                     '[[sweep.family]]\nname = "zipf"\nvocab = 10\ns = ['
-                    + ", ".join(f"{1.01 + i / 100:.2f}" for i in range(150)) + "]\n")
+                    + ", ".join(f"{1.01 + i / 100:.2f}" for i in range(400)) + "]\n")
     argv = ["sweep", toml, "--out", tmp_path / "sw", "--quiet"]
     res = subprocess.run([sys.executable, "-m", "brwsim.cli", *map(str, argv)], env=ENV,
                          capture_output=True, text=True, timeout=1200, cwd=tmp_path)
@@ -211,4 +211,4 @@ def test_sigint_while_a_resumed_sweep_reads_and_merges_its_shards(tmp_path, warm
     assert listing(tmp_path / "sw") == shards            # no results.nc, no temporary
     res = subprocess.run([sys.executable, "-m", "brwsim.cli", *map(str, argv)], env=ENV,
                          capture_output=True, text=True, timeout=1200, cwd=tmp_path)
-    assert res.returncode == 0 and "0 run, 450 reused" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "0 run, 1200 reused" in res.stdout, res.stdout + res.stderr

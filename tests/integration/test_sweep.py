@@ -191,6 +191,21 @@ def test_corrupt_partial_and_foreign_shards_are_redone(reference, config, tmp_pa
     assert (rep.run, rep.reused) == (0, N_TASKS)
 
 
+def test_a_shard_rewritten_by_xarray_unchanged_is_reused(reference, config, tmp_path):
+    """Shards are plain netCDF-4: a chunk and a theory shard that xarray reads and writes
+    back unchanged (as brwsim wrote them before it used netCDF4 directly) are reused."""
+    out = tmp_path / "rewritten"
+    shutil.copytree(reference, out)
+    for path in (sorted((out / "shards").glob("p*_c*.nc"))[3],
+                 next((out / "shards").glob("p*_theory.nc"))):
+        with xr.open_dataset(path) as ds:
+            loaded = ds.load()
+        loaded.to_netcdf(path)
+    rep = sweep(config, out)
+    assert (rep.run, rep.reused, rep.discarded) == (0, N_TASKS, 0)
+    assert_same_data(reference / "results.nc", rep.path)
+
+
 def test_shards_record_their_code(reference):
     with xr.open_dataset(next((reference / "shards").glob("p*_c*.nc"))) as shard:
         assert shard_code(shard.attrs) == running_code()
