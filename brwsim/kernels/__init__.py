@@ -125,18 +125,19 @@ def _unliteral_calls(dispatcher):
 
 
 #: Called before a kernel whose first parameter is a contextual law (or its ``kinds`` array,
-#: int32) is compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds
+#: uint16 or int32) is compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds
 #: itself here when imported (by :mod:`brwsim.kernels.dist`, which every such kernel calls).
 BEFORE_CONTEXTUAL: list = []
 
 
 def _contextual(args) -> bool:
     """Whether a signature's first argument is a contextual law (a
-    :class:`~brwsim.kernels.spec.Law` whose ``kinds`` is int32) or ``kinds`` array."""
+    :class:`~brwsim.kernels.spec.Law` whose ``kinds`` is uint16 or int32: the contextual
+    and mixed kind groups of :func:`brwsim.kernels.dist.kinds_dtype`) or ``kinds`` array."""
     first = args[0] if args else None
     if isinstance(first, types.BaseTuple) and first.types:
         first = first.types[0]
-    return isinstance(first, types.Array) and first.dtype == types.int32
+    return isinstance(first, types.Array) and first.dtype in (types.uint16, types.int32)
 
 
 def _registering_compile(dispatcher):

@@ -37,6 +37,7 @@ from brwsim.kernels.context import (CTX_AR1, CTX_DEPTH, CTX_LSTM, CTX_NGRAM, CTX
                                     CTX_REGIME, node_context, pick_component)
 from brwsim.kernels.dirichlet import dirichlet_init
 from brwsim.kernels.kinds import (BANK, CLOSED_KINDS, COMP, CONTEXTUAL_KINDS, CTX_F, CTX_I,  # noqa: F401
+                                  MIXED_KINDS,
                                   DATA_LEN, DATA_OFF, DIRICHLET, EMPTY, ENTROPY, GEOMETRIC, KIND_SLOT,
                                   KIND_TABLE, LEVEL_F, LEVEL_I, LISTED, LSTM, NEG_INF, NF, NGRAM,
                                   NI, ORDERSTAT, PEAKED, PLAIN_KINDS, RANK, ROOT_DRAW,
@@ -113,11 +114,17 @@ def _group(law) -> types.Type | None:
 
 @overload(_lazy_init, inline="always", jit_options={"_nrt": False})
 def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
-    if _group(law) == types.int16:      # CLOSED_KINDS
+    group = _group(law)
+    if group == types.int16:            # CLOSED_KINDS
         def closed_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
             li[d, LISTED] = 0             # unreachable: every component is closed
         return closed_only
-    contextual = _group(law) == types.int32     # (a constant: plain kernels hold no call)
+    if group == types.uint16:           # CONTEXTUAL_KINDS: no lazy kind's set-up
+        def contextual_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+            _contextual_init(kind, c, law.fpar, law.ipar, law.data, law.cprog, d, li, head,
+                             min_logq, pd, rank)
+        return contextual_only
+    contextual = group == types.int32     # MIXED_KINDS (a constant: plain kernels hold no call)
 
     def lazy(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
         fpar, ipar, data = law.fpar, law.ipar, law.data
@@ -135,26 +142,32 @@ def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx
 
 
 def kinds_dtype(kinds) -> type:
-    """The dtype of a family's ``kinds`` array, its kind group: :data:`CONTEXTUAL_KINDS` when
-    a component is contextual (``contextual`` in :data:`KIND_TABLE`: NGRAM, LSTM,
-    TRANSFORMER), :data:`CLOSED_KINDS` when every component is a closed form, else
-    :data:`PLAIN_KINDS`.
+    """The dtype of a family's ``kinds`` array, its kind group.
 
-    The dtype selects, at compile time, what :func:`dist_init` contains: the set-up of the
-    kinds that are not closed forms (:func:`_lazy_init`) only outside the closed group, the
-    n-gram code and the call of the LSTM and transformer set-up (:func:`_contextual_init`,
-    :mod:`brwsim.kernels.netinit`) only in the contextual group: a family never compiles
-    the code of kinds it cannot have.
+    A component is closed, contextual (``contextual`` in :data:`KIND_TABLE`: NGRAM, LSTM,
+    TRANSFORMER) or lazy (any other: order statistics, Dirichlet, entropy targets, and a
+    code outside the table). The group is :data:`CLOSED_KINDS` when every component is
+    closed, :data:`CONTEXTUAL_KINDS` with a contextual component and no lazy one,
+    :data:`MIXED_KINDS` with both, else :data:`PLAIN_KINDS`.
+
+    The dtype selects, at compile time, what :func:`dist_init` contains (:func:`_lazy_init`):
+    the lazy kinds' set-up only in the plain and mixed groups, the n-gram code and the call
+    of the LSTM and transformer set-up (:func:`_contextual_init`,
+    :mod:`brwsim.kernels.netinit`) only in the contextual and mixed groups: a family never
+    compiles the code of kinds it cannot have.
     """
-    contextual = any(KIND_TABLE[int(k)].contextual for k in kinds if int(k) in KIND_TABLE)
-    closed = all(int(k) in KIND_TABLE and KIND_TABLE[int(k)].closed for k in kinds)
-    return CONTEXTUAL_KINDS if contextual else (CLOSED_KINDS if closed else PLAIN_KINDS)
+    rows = [KIND_TABLE.get(int(k)) for k in kinds]
+    contextual = any(r is not None and r.contextual for r in rows)
+    lazy = any(r is None or not (r.closed or r.contextual) for r in rows)
+    if contextual:
+        return MIXED_KINDS if lazy else CONTEXTUAL_KINDS
+    return PLAIN_KINDS if lazy else CLOSED_KINDS
 
 
 @kernel
 def _contextual_init(kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
     """Set up an NGRAM, LSTM or TRANSFORMER level (compiled only into the kernels of the
-    contextual kind group: see :func:`_lazy_init`)."""
+    contextual and mixed kind groups: see :func:`_lazy_init`)."""
     if kind == NGRAM:
         # ranks sorted into head[d, :V], their tokens into head[d, V:]
         li[d, LISTED] = ngram_init(data, ipar[c, DATA_OFF], fpar[c, NGRAM_BETA], li[d, CTX_I],

@@ -9,8 +9,9 @@ slots as named constants) and the properties every dispatch site reads:
   row (:mod:`brwsim.kernels.closed`); a family of such components and i.i.d. nodes is
   read through the inline helpers of the tree pass (:func:`brwsim.kernels.dist.closed_form`).
 * ``contextual``: a node needs its parent's level (n-gram, LSTM, transformer); the
-  ``kinds`` array of a family with one is int32 (:data:`CONTEXTUAL_KINDS`), which compiles
-  the contextual set-up into the kernels.
+  ``kinds`` array of a family with one is uint16 (:data:`CONTEXTUAL_KINDS`) or, beside a
+  lazy kind, int32 (:data:`MIXED_KINDS`), which compiles the contextual set-up into the
+  kernels.
 * ``lists_in_head``: the node's ranks above the caller's cut-off are listed, sorted, in
   its head row at set-up (``li[d, LISTED]`` of them); ``dist_next`` reads them off.
 
@@ -106,11 +107,16 @@ def lists_in_head(kind):
 
 # The dtype of a family's ``kinds`` array names its kind group (``dist.kinds_dtype``): the
 # kernels are specialised per dtype, and each specialisation holds only its group's code.
-#: dtype of ``kinds`` of a family with a lazy component (order statistics, Dirichlet,
-#: entropy targets) and no contextual one.
+# A *lazy* kind is one that is neither closed nor contextual (order statistics, Dirichlet,
+# entropy targets): the set-up of each is large code.
+#: dtype of ``kinds`` of a family with a lazy component and no contextual one.
 PLAIN_KINDS = np.int64
-#: dtype of ``kinds`` of a family with a contextual component (NGRAM, LSTM, TRANSFORMER).
-CONTEXTUAL_KINDS = np.int32
+#: dtype of ``kinds`` of a family with a contextual component (NGRAM, LSTM, TRANSFORMER)
+#: and no lazy one: its kernels hold the contextual set-up and none of the lazy kinds'.
+CONTEXTUAL_KINDS = np.uint16
+#: dtype of ``kinds`` of a family with a contextual component and a lazy one (every kind's
+#: set-up compiled in).
+MIXED_KINDS = np.int32
 #: dtype of ``kinds`` of a family whose components are all closed forms.
 CLOSED_KINDS = np.int16
 

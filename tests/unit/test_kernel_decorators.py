@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from brwsim.kernels import CACHE_DIR, PackageCacheLocator, _CompileNotice, kernel
-from brwsim.kernels.dist import (CLOSED_KINDS, CONTEXTUAL_KINDS, DIRICHLET, ENTROPY, LSTM, NGRAM,
-                                 PLAIN_KINDS, ZIPF, kinds_dtype)
+from brwsim.kernels.dist import (CLOSED_KINDS, CONTEXTUAL_KINDS, DIRICHLET, ENTROPY, LSTM,
+                                 MIXED_KINDS, NGRAM, ORDERSTAT, PLAIN_KINDS, TRANSFORMER, ZIPF,
+                                 kinds_dtype)
 from brwsim.kernels.spec import Component, compile_spec
 
 
@@ -36,8 +37,10 @@ def test_a_constant_argument_does_not_add_a_literal_specialisation():
 def test_kinds_dtype_selects_the_kind_group():
     assert kinds_dtype([ZIPF]) is CLOSED_KINDS and kinds_dtype([ZIPF, NGRAM]) is CONTEXTUAL_KINDS
     assert kinds_dtype([ZIPF, DIRICHLET]) is PLAIN_KINDS and kinds_dtype([ENTROPY]) is PLAIN_KINDS
-    assert kinds_dtype([LSTM]) is CONTEXTUAL_KINDS
-    assert len({np.dtype(t) for t in (PLAIN_KINDS, CONTEXTUAL_KINDS, CLOSED_KINDS)}) == 3
+    assert kinds_dtype([LSTM]) is CONTEXTUAL_KINDS and kinds_dtype([TRANSFORMER]) is CONTEXTUAL_KINDS
+    assert kinds_dtype([DIRICHLET, NGRAM]) is MIXED_KINDS and kinds_dtype([LSTM, ORDERSTAT]) is MIXED_KINDS
+    assert kinds_dtype([ZIPF, 63]) is PLAIN_KINDS          # a code outside the table: lazy
+    assert len({np.dtype(t) for t in (PLAIN_KINDS, CONTEXTUAL_KINDS, MIXED_KINDS, CLOSED_KINDS)}) == 4
     spec = compile_spec([Component(kind=ZIPF)])
     assert spec.kinds.dtype == CLOSED_KINDS
     assert compile_spec([Component(kind=ZIPF), Component(kind=NGRAM)]).kinds.dtype == CONTEXTUAL_KINDS
