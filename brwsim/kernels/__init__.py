@@ -124,16 +124,16 @@ def _unliteral_calls(dispatcher):
     return dispatcher
 
 
-#: Called before a kernel whose first parameter is a contextual law (or its ``kinds`` array,
-#: uint16 or int32) is compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds
+#: Called before a kernel whose first parameter is a law that may hold a neural component
+#: (or its ``kinds`` array, uint16 or int32) is compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds
 #: itself here when imported (by :mod:`brwsim.kernels.dist`, which every such kernel calls).
 BEFORE_CONTEXTUAL: list = []
 
 
-def _contextual(args) -> bool:
-    """Whether a signature's first argument is a contextual law (a
-    :class:`~brwsim.kernels.spec.Law` whose ``kinds`` is uint16 or int32: the contextual
-    and mixed kind groups of :func:`brwsim.kernels.dist.kinds_dtype`) or ``kinds`` array."""
+def _may_be_neural(args) -> bool:
+    """Whether a signature's first argument is a law that may hold a neural component (a
+    :class:`~brwsim.kernels.spec.Law` whose ``kinds`` is uint16 or int32: the neural and
+    mixed kind groups of :func:`brwsim.kernels.dist.kinds_dtype`) or such a ``kinds`` array."""
     first = args[0] if args else None
     if isinstance(first, types.BaseTuple) and first.types:
         first = first.types[0]
@@ -142,13 +142,13 @@ def _contextual(args) -> bool:
 
 def _registering_compile(dispatcher):
     """Run :data:`BEFORE_CONTEXTUAL` before a kernel whose first parameter is ``law`` or
-    ``kinds`` is compiled or loaded for a contextual one."""
+    ``kinds`` is compiled or loaded for one that may hold a neural component."""
     if dispatcher.py_func.__code__.co_varnames[:1] not in (("law",), ("kinds",)):
         return dispatcher
     compile_ = dispatcher.compile
 
     def compile(sig):
-        if _contextual(getattr(sig, "args", sig)):
+        if _may_be_neural(getattr(sig, "args", sig)):
             for hook in BEFORE_CONTEXTUAL:
                 hook()
         return compile_(sig)

@@ -37,7 +37,7 @@ from brwsim.kernels.context import (CTX_AR1, CTX_DEPTH, CTX_LSTM, CTX_NGRAM, CTX
                                     CTX_REGIME, node_context, pick_component)
 from brwsim.kernels.dirichlet import dirichlet_init
 from brwsim.kernels.kinds import (BANK, CLOSED_KINDS, COMP, CONTEXTUAL_KINDS, CTX_F, CTX_I,  # noqa: F401
-                                  MIXED_KINDS,
+                                  MIXED_KINDS, NEURAL_KINDS,
                                   DATA_LEN, DATA_OFF, DIRICHLET, EMPTY, ENTROPY, GEOMETRIC, KIND_SLOT,
                                   KIND_TABLE, LEVEL_F, LEVEL_I, LISTED, LSTM, NEG_INF, NF, NGRAM,
                                   NI, ORDERSTAT, PEAKED, PLAIN_KINDS, RANK, ROOT_DRAW,
@@ -119,7 +119,11 @@ def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx
         def closed_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
             li[d, LISTED] = 0             # unreachable: every component is closed
         return closed_only
-    if group == types.uint16:           # CONTEXTUAL_KINDS: no lazy kind's set-up
+    if group == types.int8:             # CONTEXTUAL_KINDS: the n-gram set-up only
+        def ngram_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
+            _ngram_init(c, law.fpar, law.ipar, law.data, d, li, head, min_logq)
+        return ngram_only
+    if group == types.uint16:           # NEURAL_KINDS: no lazy kind's set-up
         def contextual_only(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx):
             _contextual_init(kind, c, law.fpar, law.ipar, law.data, law.cprog, d, li, head,
                              min_logq, pd, rank)
@@ -144,34 +148,34 @@ def _lazy_init_impl(law, kind, c, dk, d, lf, li, head, min_logq, pd, rank, u_ctx
 def kinds_dtype(kinds) -> type:
     """The dtype of a family's ``kinds`` array, its kind group.
 
-    A component is closed, contextual (``contextual`` in :data:`KIND_TABLE`: NGRAM, LSTM,
-    TRANSFORMER) or lazy (any other: order statistics, Dirichlet, entropy targets, and a
-    code outside the table). The group is :data:`CLOSED_KINDS` when every component is
-    closed, :data:`CONTEXTUAL_KINDS` with a contextual component and no lazy one,
-    :data:`MIXED_KINDS` with both, else :data:`PLAIN_KINDS`.
+    A component is closed, contextual (``contextual`` in :data:`KIND_TABLE`: NGRAM, and the
+    ``neural`` LSTM and TRANSFORMER) or lazy (any other: order statistics, Dirichlet,
+    entropy targets, and a code outside the table). The group is :data:`CLOSED_KINDS`
+    when every component is closed; with a contextual component and no lazy one,
+    :data:`NEURAL_KINDS` when one is neural, else :data:`CONTEXTUAL_KINDS`; with a
+    contextual and a lazy one :data:`MIXED_KINDS`; else :data:`PLAIN_KINDS`.
 
     The dtype selects, at compile time, what :func:`dist_init` contains (:func:`_lazy_init`):
-    the lazy kinds' set-up only in the plain and mixed groups, the n-gram code and the call
-    of the LSTM and transformer set-up (:func:`_contextual_init`,
-    :mod:`brwsim.kernels.netinit`) only in the contextual and mixed groups: a family never
-    compiles the code of kinds it cannot have.
+    the lazy kinds' set-up only in the plain and mixed groups, the n-gram code only in the
+    contextual, neural and mixed groups, the call of the LSTM and transformer set-up
+    (:func:`_contextual_init`, :mod:`brwsim.kernels.netinit`) only in the neural and mixed
+    groups: a family never compiles the code of kinds it cannot have.
     """
     rows = [KIND_TABLE.get(int(k)) for k in kinds]
     contextual = any(r is not None and r.contextual for r in rows)
+    neural = any(r is not None and r.neural for r in rows)
     lazy = any(r is None or not (r.closed or r.contextual) for r in rows)
     if contextual:
-        return MIXED_KINDS if lazy else CONTEXTUAL_KINDS
+        return MIXED_KINDS if lazy else (NEURAL_KINDS if neural else CONTEXTUAL_KINDS)
     return PLAIN_KINDS if lazy else CLOSED_KINDS
 
 
 @kernel
 def _contextual_init(kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd, rank):
     """Set up an NGRAM, LSTM or TRANSFORMER level (compiled only into the kernels of the
-    contextual and mixed kind groups: see :func:`_lazy_init`)."""
+    neural and mixed kind groups: see :func:`_lazy_init`)."""
     if kind == NGRAM:
-        # ranks sorted into head[d, :V], their tokens into head[d, V:]
-        li[d, LISTED] = ngram_init(data, ipar[c, DATA_OFF], fpar[c, NGRAM_BETA], li[d, CTX_I],
-                                   min_logq, head, d)
+        _ngram_init(c, fpar, ipar, data, d, li, head, min_logq)
     elif kind == LSTM:
         # ranks into head[d, :V], their classes into head[d, V:], the state after them
         n_list = li[pd, LISTED] if pd >= 0 else 0
@@ -185,6 +189,14 @@ def _contextual_init(kind, c, fpar, ipar, data, cprog, d, li, head, min_logq, pd
                ipar[c, TF_SLOTS])
         li[d, LISTED] = net_init(False, net, cprog, d, pd, pd == ROOT_DRAW, rank, n_list,
                                  min_logq, head, li[d, CTX_I])
+
+
+@inline_kernel
+def _ngram_init(c, fpar, ipar, data, d, li, head, min_logq):
+    """Set up an NGRAM level: its ranks sorted into head[d, :V], their tokens into
+    head[d, V:]."""
+    li[d, LISTED] = ngram_init(data, ipar[c, DATA_OFF], fpar[c, NGRAM_BETA], li[d, CTX_I],
+                               min_logq, head, d)
 
 
 @inline_kernel

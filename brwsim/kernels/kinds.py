@@ -9,9 +9,12 @@ slots as named constants) and the properties every dispatch site reads:
   row (:mod:`brwsim.kernels.closed`); a family of such components and i.i.d. nodes is
   read through the inline helpers of the tree pass (:func:`brwsim.kernels.dist.closed_form`).
 * ``contextual``: a node needs its parent's level (n-gram, LSTM, transformer); the
-  ``kinds`` array of a family with one is uint16 (:data:`CONTEXTUAL_KINDS`) or, beside a
-  lazy kind, int32 (:data:`MIXED_KINDS`), which compiles the contextual set-up into the
-  kernels.
+  ``kinds`` array of a family with one is int8 (:data:`CONTEXTUAL_KINDS`), uint16 with a
+  neural one (:data:`NEURAL_KINDS`) or, beside a lazy kind, int32 (:data:`MIXED_KINDS`),
+  which compiles the contextual set-up into the kernels.
+* ``neural`` (contextual too): the node's distribution comes from a neural network (LSTM,
+  transformer), set up through the compiled C function of :mod:`brwsim.kernels.netinit`,
+  which only the neural and mixed groups' kernels call.
 * ``lists_in_head``: the node's ranks above the caller's cut-off are listed, sorted, in
   its head row at set-up (``li[d, LISTED]`` of them); ``dist_next`` reads them off.
 
@@ -52,6 +55,7 @@ class KindRow(NamedTuple):
     closed: bool
     contextual: bool
     lists_in_head: bool
+    neural: bool = False    # set up by a neural network: the C function of kernels/netinit
 
 
 #: Every kind code's row. A new kind adds its row here, and its code above.
@@ -65,8 +69,8 @@ KIND_TABLE: dict[int, KindRow] = {
     PEAKED: KindRow("PEAKED", "closed", True, False, False),
     ENTROPY: KindRow("ENTROPY", "closed", False, False, False),
     NGRAM: KindRow("NGRAM", "ngram", False, True, True),
-    LSTM: KindRow("LSTM", "lstm", False, True, True),
-    TRANSFORMER: KindRow("TRANSFORMER", "transformer", False, True, True),
+    LSTM: KindRow("LSTM", "lstm", False, True, True, neural=True),
+    TRANSFORMER: KindRow("TRANSFORMER", "transformer", False, True, True, neural=True),
     DIRICHLET: KindRow("DIRICHLET", "dirichlet", False, False, True),
 }
 
@@ -79,6 +83,7 @@ _MAX_KIND = 62                      # masks are int64 constants
 assert max(KIND_TABLE) <= _MAX_KIND and min(KIND_TABLE) >= 0
 CLOSED_MASK = _mask("closed")
 CONTEXTUAL_MASK = _mask("contextual")
+NEURAL_MASK = _mask("neural")
 LISTED_MASK = _mask("lists_in_head")
 
 
@@ -111,9 +116,12 @@ def lists_in_head(kind):
 # entropy targets): the set-up of each is large code.
 #: dtype of ``kinds`` of a family with a lazy component and no contextual one.
 PLAIN_KINDS = np.int64
-#: dtype of ``kinds`` of a family with a contextual component (NGRAM, LSTM, TRANSFORMER)
-#: and no lazy one: its kernels hold the contextual set-up and none of the lazy kinds'.
-CONTEXTUAL_KINDS = np.uint16
+#: dtype of ``kinds`` of a family with a contextual component (NGRAM), no neural one and
+#: no lazy one: its kernels hold the n-gram set-up and no other kind's but the closed forms'.
+CONTEXTUAL_KINDS = np.int8
+#: dtype of ``kinds`` of a family with a neural component (LSTM, TRANSFORMER) and no lazy
+#: one: its kernels hold the contextual set-up (and call the networks' C function).
+NEURAL_KINDS = np.uint16
 #: dtype of ``kinds`` of a family with a contextual component and a lazy one (every kind's
 #: set-up compiled in).
 MIXED_KINDS = np.int32

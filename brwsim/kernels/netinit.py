@@ -17,7 +17,7 @@ LLVM resolves the name when a kernel that calls it is compiled or loaded from th
 :func:`register` puts the compiled function under it. It runs from
 ``brwsim.kernels.BEFORE_CONTEXTUAL``: brwsim's kernel decorators call it before they compile
 or load a kernel whose first parameter ``kinds`` is a contextual array
-(``CONTEXTUAL_KINDS``, uint16, or ``MIXED_KINDS``, int32), as it is for every kernel that can reach this code; a plain
+(``NEURAL_KINDS``, uint16, or ``MIXED_KINDS``, int32), as it is for every kernel that can reach this code; a plain
 family never compiles it. Until then the name points at :func:`_fallback`, which registers
 the compiled function and forwards the call through ctypes (the same numbers, slower per
 call), so a kernel linked before :func:`register` ran never calls an unresolved name.

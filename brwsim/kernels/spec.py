@@ -130,9 +130,9 @@ def compile_spec(comps: list[Component], cprog: np.ndarray | None = None) -> Spe
     ``ipar[:, DATA_OFF]`` and ``ipar[:, DATA_LEN]`` become the offset and length of each
     component's data block, the other slots are the components' own, by slot; ``cprog``
     defaults to the i.i.d. program (see :mod:`brwsim.kernels.context`). ``kinds``'s dtype
-    names the family's kind group (:func:`brwsim.kernels.dist.kinds_dtype`: uint16 with a
-    contextual component, int32 with a contextual and a lazy one, int16 when every
-    component is a closed form, int64 otherwise):
+    names the family's kind group (:func:`brwsim.kernels.dist.kinds_dtype`: int8 with a
+    contextual component, uint16 with a neural one, int32 with a contextual and a lazy
+    one, int16 when every component is a closed form, int64 otherwise):
     each group's kernels are compiled without the other groups' code. ``cprog`` is copied
     into a writable array: families keep theirs read-only, and numba types a read-only
     array apart, so passing it as it is would compile every kernel once more.

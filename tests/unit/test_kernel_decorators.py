@@ -10,8 +10,8 @@ import numpy as np
 
 from brwsim.kernels import CACHE_DIR, PackageCacheLocator, _CompileNotice, kernel
 from brwsim.kernels.dist import (CLOSED_KINDS, CONTEXTUAL_KINDS, DIRICHLET, ENTROPY, LSTM,
-                                 MIXED_KINDS, NGRAM, ORDERSTAT, PLAIN_KINDS, TRANSFORMER, ZIPF,
-                                 kinds_dtype)
+                                 MIXED_KINDS, NEURAL_KINDS, NGRAM, ORDERSTAT, PLAIN_KINDS,
+                                 TRANSFORMER, ZIPF, kinds_dtype)
 from brwsim.kernels.spec import Component, compile_spec
 
 
@@ -37,10 +37,16 @@ def test_a_constant_argument_does_not_add_a_literal_specialisation():
 def test_kinds_dtype_selects_the_kind_group():
     assert kinds_dtype([ZIPF]) is CLOSED_KINDS and kinds_dtype([ZIPF, NGRAM]) is CONTEXTUAL_KINDS
     assert kinds_dtype([ZIPF, DIRICHLET]) is PLAIN_KINDS and kinds_dtype([ENTROPY]) is PLAIN_KINDS
-    assert kinds_dtype([LSTM]) is CONTEXTUAL_KINDS and kinds_dtype([TRANSFORMER]) is CONTEXTUAL_KINDS
+    assert kinds_dtype([LSTM]) is NEURAL_KINDS and kinds_dtype([TRANSFORMER, ZIPF]) is NEURAL_KINDS
+    assert kinds_dtype([NGRAM, LSTM]) is NEURAL_KINDS
     assert kinds_dtype([DIRICHLET, NGRAM]) is MIXED_KINDS and kinds_dtype([LSTM, ORDERSTAT]) is MIXED_KINDS
     assert kinds_dtype([ZIPF, 63]) is PLAIN_KINDS          # a code outside the table: lazy
-    assert len({np.dtype(t) for t in (PLAIN_KINDS, CONTEXTUAL_KINDS, MIXED_KINDS, CLOSED_KINDS)}) == 4
+    groups = (PLAIN_KINDS, CONTEXTUAL_KINDS, NEURAL_KINDS, MIXED_KINDS, CLOSED_KINDS)
+    assert len({np.dtype(t) for t in groups}) == 5
+    # the neural set-up is registered before exactly the kernels that may call it
+    from brwsim.kernels import _may_be_neural
+    from numba import typeof
+    assert [_may_be_neural((typeof(np.zeros(1, t)),)) for t in groups] == [False, False, True, True, False]
     spec = compile_spec([Component(kind=ZIPF)])
     assert spec.kinds.dtype == CLOSED_KINDS
     assert compile_spec([Component(kind=ZIPF), Component(kind=NGRAM)]).kinds.dtype == CONTEXTUAL_KINDS

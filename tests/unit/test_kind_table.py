@@ -49,6 +49,7 @@ def test_every_code_has_one_row():
     for code, row in KIND_TABLE.items():
         assert getattr(kinds, row.name) == code
         assert not (row.closed and (row.contextual or row.lists_in_head)), row.name
+        assert row.contextual or not row.neural, row.name
 
 
 def test_property_masks_match_the_table():
@@ -56,6 +57,7 @@ def test_property_masks_match_the_table():
         assert bool(kinds.CLOSED_MASK >> code & 1) == row.closed
         assert bool(kinds.CONTEXTUAL_MASK >> code & 1) == row.contextual
         assert bool(kinds.LISTED_MASK >> code & 1) == row.lists_in_head
+        assert bool(kinds.NEURAL_MASK >> code & 1) == row.neural
 
 
 @pytest.mark.parametrize("code", sorted(KIND_TABLE))

@@ -12,7 +12,7 @@ from numba import types
 from numba.core.errors import TypingError
 
 import brwsim
-from brwsim.kernels import _contextual, netinit
+from brwsim.kernels import _may_be_neural, netinit
 from brwsim.kernels.netinit import net_init
 
 FAMILY = "charlstm(carry=3)"
@@ -21,10 +21,12 @@ RUN = ("import json, brwsim; from brwsim.kernels import netinit; "
        "print(json.dumps([ds.expected_accepted.values.tolist(), netinit.FORWARDED[0]]))")
 
 
-def test_only_a_contextual_kinds_array_first_registers():
+def test_only_a_neural_or_mixed_kinds_array_first_registers():
     i32, i64 = types.Array(types.int32, 1, "C"), types.Array(types.int64, 1, "C")
-    assert _contextual((i32, types.float64)) and not _contextual((i64, i32))
-    assert not _contextual(()) and not _contextual((types.int32,))
+    u16, i8 = types.Array(types.uint16, 1, "C"), types.Array(types.int8, 1, "C")
+    assert _may_be_neural((i32, types.float64)) and _may_be_neural((u16,))
+    assert not _may_be_neural((i64, i32)) and not _may_be_neural((i8,))
+    assert not _may_be_neural(()) and not _may_be_neural((types.int32,))
 
 
 def test_only_kernels_taking_kinds_first_register():
@@ -35,9 +37,10 @@ def test_only_kernels_taking_kinds_first_register():
     assert getattr(tree.simulate_chunk.compile, "__func__", None) is None
 
 
-def test_a_plain_family_never_compiles_the_set_up():
+def test_a_plain_or_n_gram_family_never_compiles_the_set_up():
     code = ("import brwsim; from brwsim.kernels import netinit; "
             "brwsim.simulate(brwsim.parse_family('zipf(s=1.1, vocab=50)'), [1, 4], 2); "
+            "brwsim.simulate(brwsim.parse_family('ngram(corpus=prose, order=3)'), [1, 4], 2); "
             "print(netinit._compiled is None, netinit.FORWARDED[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=600).stdout
@@ -51,7 +54,7 @@ def test_a_kernel_linked_before_register_forwards_through_the_fallback():
     assert netinit.FORWARDED[0] == 0
     # a fresh process whose decorators never register: its kernel is linked against the
     # fallback, which registers and forwards every call; the numbers are the same
-    code = ("import brwsim.kernels as k; k._contextual = lambda args: False; "
+    code = ("import brwsim.kernels as k; k._may_be_neural = lambda args: False; "
             + RUN.format(family=FAMILY))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=600).stdout
