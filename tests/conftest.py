@@ -49,16 +49,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 #: Scripts that compile the largest kernel groups: the optimal tree and the forest, for
-#: closed, plain and contextual kinds (three specialisations each,
-#: :func:`brwsim.kernels.dist.kinds_dtype`).
-WARM_UP = (
-    "import brwsim as b; f = b.parse_family('zipf(s=1.1, vocab=50)'); "
-    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
-    "import brwsim as b; f = b.parse_family('dirichlet(alpha=0.05, vocab=200)'); "
-    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
-    "import brwsim as b; f = b.parse_family('ngram(corpus=prose, order=3)'); "
-    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)",
-)
+#: closed, plain, contextual (n-gram) and neural kinds (four specialisations each,
+#: :func:`brwsim.kernels.dist.kinds_dtype`; the neural one with the networks' set-up).
+WARM_UP = tuple(
+    f"import brwsim as b; f = b.parse_family({family!r}); "
+    "b.simulate(f, [1, 4], 2); b.simulate(f, [2, 4], 2, batch=2)"
+    for family in ("zipf(s=1.1, vocab=50)", "dirichlet(alpha=0.05, vocab=200)",
+                   "ngram(corpus=prose, order=3)", "charlstm(carry=3)"))
 
 
 def warm_up(scripts, write, heartbeat: float = 30.0) -> list[int]:
