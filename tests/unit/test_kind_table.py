@@ -60,6 +60,14 @@ def test_property_masks_match_the_table():
         assert bool(kinds.NEURAL_MASK >> code & 1) == row.neural
 
 
+def test_the_contextual_group_holds_only_the_n_gram():
+    """The contextual (int8) group's set-up (``dist._lazy_init_impl``'s ``ngram_only``)
+    sets up NGRAM levels only: a new contextual kind that is not neural needs its own
+    entry there, and this test says so."""
+    assert [r.name for r in KIND_TABLE.values() if r.contextual and not r.neural] == ["NGRAM"]
+    assert "ngram_only" in inspect.getsource(dist._lazy_init_impl)
+
+
 @pytest.mark.parametrize("code", sorted(KIND_TABLE))
 def test_sampler_module_names_its_slots(code):
     row = KIND_TABLE[code]
