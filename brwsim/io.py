@@ -1,8 +1,9 @@
 """netCDF output: CF-style attributes, provenance and atomic writes.
 
-Every file brwsim writes goes through :func:`write_netcdf_atomic`: the dataset is
-written to a temporary name in the destination folder and renamed into place, so a
-crash or a bad input never leaves a half-written file under the final name.
+Every file brwsim writes goes through :func:`atomic_path` (datasets through
+:func:`write_netcdf_atomic` or :func:`atomic_netcdf`): it is written to a temporary name in
+the destination folder and renamed into place, so a crash or a bad input never leaves a
+half-written file under the final name.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from brwsim.lazy import xarray as xr
 from brwsim.validate import available_memory, check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
 
-__all__ = ["provenance_attrs", "code_attrs", "atomic_path", "remove_stale_temporaries", "write_netcdf_atomic", "write_error",
+__all__ = ["provenance_attrs", "code_attrs", "atomic_path", "atomic_netcdf", "remove_stale_temporaries", "write_netcdf_atomic", "write_error",
            "open_dataset", "check_netcdf_size"]
 
 CONVENTIONS = "CF-1.10"
@@ -211,12 +212,24 @@ def write_netcdf_atomic(ds: xr.Dataset, path: str | os.PathLike[str], clean: boo
         When the file system is full or the write fails ("NetCDF: HDF error" says neither);
         nothing is left under ``path`` or beside it.
     """
-    with atomic_path(path, clean=clean) as tmp:
-        try:
-            ds.to_netcdf(tmp, engine="netcdf4")
-        except (RuntimeError, OSError) as exc:
-            raise write_error(Path(path), exc, ds.nbytes) from None
+    with atomic_netcdf(path, clean=clean, nbytes=ds.nbytes) as tmp:
+        ds.to_netcdf(tmp, engine="netcdf4")
     return Path(path)
+
+
+@contextmanager
+def atomic_netcdf(path: str | os.PathLike[str], clean: bool = True,
+                  nbytes: float = 0) -> Iterator[Path]:
+    """:func:`atomic_path` for a netCDF write: the block writes the temporary path it is
+    given (with xarray or ``netCDF4``), and a failure there (netCDF's and HDF5's
+    ``RuntimeError``, an ``OSError``) becomes :func:`write_error`'s one line, ``nbytes``
+    being what the write needed. Nothing is left under ``path`` or beside it."""
+    dest = Path(path)
+    with atomic_path(dest, clean=clean) as tmp:
+        try:
+            yield tmp
+        except (RuntimeError, OSError) as exc:
+            raise write_error(dest, exc, nbytes) from None
 
 
 def write_error(path: Path, exc: BaseException, nbytes: float = 0) -> Exception:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.io import atomic_path, provenance_attrs, write_error
+from brwsim.io import atomic_netcdf, provenance_attrs
 from brwsim.plan import best_budget, speedup_from_sums
 from brwsim.schema import VARIABLES
 from brwsim.sweep.claim import RESULTS
@@ -61,27 +61,22 @@ def merge(out: Path, cfg: SweepConfig, infos: dict[tuple[int, int], ShardInfo], 
     """Stream every shard into ``out/results.nc`` (temporary file, then rename)."""
     import netCDF4
 
-
     dest = out / RESULTS
-    with atomic_path(dest) as tmp:
-        try:
-            with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
-                attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
-                attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
-                             summary_only=int(not raw), iterations=cfg.iterations,
-                             chunk=cfg.chunk, prediction_method=cfg.prediction)
-                if cfg.cost is not None:
-                    attrs["cost"] = cfg.cost.describe()
-                    attrs["cost_family"] = ("each point's speedup assumes that point's family "
-                                            "(family_string), not a measured workload")
-                attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
-                attrs["shard_code"] = json.dumps(shard_codes(infos))   # most shards first
-                nc.setncatts(attrs)
-                for block in cfg.blocks:
-                    _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
-                _flat_view(nc, cfg)
-        except (RuntimeError, OSError) as exc:
-            raise write_error(dest, exc) from None
+    with atomic_netcdf(dest) as tmp, netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
+        attrs = provenance_attrs(cfg.title, cfg.normalized, cfg.seed, command)
+        attrs.update(config_hash=cfg.hash, groups=" ".join(b.label for b in cfg.blocks),
+                     summary_only=int(not raw), iterations=cfg.iterations,
+                     chunk=cfg.chunk, prediction_method=cfg.prediction)
+        if cfg.cost is not None:
+            attrs["cost"] = cfg.cost.describe()
+            attrs["cost_family"] = ("each point's speedup assumes that point's family "
+                                    "(family_string), not a measured workload")
+        attrs["input_sha256"] = json.dumps(cfg.input_sha256(), sort_keys=True)
+        attrs["shard_code"] = json.dumps(shard_codes(infos))   # most shards first
+        nc.setncatts(attrs)
+        for block in cfg.blocks:
+            _BlockWriter(nc.createGroup(block.label), block, cfg, out, infos, raw).write()
+        _flat_view(nc, cfg)
     return dest
 
 

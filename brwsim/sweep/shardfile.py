@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from brwsim.io import atomic_path, write_error
+from brwsim.io import atomic_netcdf
 
 __all__ = ["Variable", "Shard", "digest", "seal", "write_shard", "read_shard_file", "DIGEST"]
 
@@ -124,26 +124,23 @@ def write_shard(shard: Shard, path: str | os.PathLike[str]) -> None:
     sizes = {name: np.size(values) for name, values in shard.coords.items()}
     for var in shard.variables.values():
         sizes.update((d, n) for d, n in zip(var.dims, np.shape(var.values)) if d not in sizes)
-    with atomic_path(dest, clean=False) as tmp:
-        try:
-            with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
-                nc.setncatts(shard.attrs)
-                for name, n in sizes.items():
-                    nc.createDimension(name, n)
-                for name, dims, values, attrs in (
-                        *((n, (n,), c, {}) for n, c in shard.coords.items()),
-                        *((n, v.dims, v.values, v.attrs) for n, v in shard.variables.items())):
-                    values = np.asarray(values)
-                    out = nc.createVariable(name, values.dtype, dims, fill_value=False,
-                                            fletcher32=values.ndim > 0)
-                    if attrs:
-                        out.setncatts(attrs)
-                    if values.ndim:
-                        out[:] = values
-                    else:
-                        out.assignValue(values)
-        except (RuntimeError, OSError) as exc:
-            raise write_error(dest, exc) from None
+    with atomic_netcdf(dest, clean=False) as tmp, \
+            netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
+        nc.setncatts(shard.attrs)
+        for name, n in sizes.items():
+            nc.createDimension(name, n)
+        for name, dims, values, attrs in (
+                *((n, (n,), c, {}) for n, c in shard.coords.items()),
+                *((n, v.dims, v.values, v.attrs) for n, v in shard.variables.items())):
+            values = np.asarray(values)
+            out = nc.createVariable(name, values.dtype, dims, fill_value=False,
+                                    fletcher32=values.ndim > 0)
+            if attrs:
+                out.setncatts(attrs)
+            if values.ndim:
+                out[:] = values
+            else:
+                out.assignValue(values)
 
 
 def read_shard_file(path: str | os.PathLike[str]) -> Shard:
