@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Sequence
 
@@ -40,6 +41,49 @@ _CHUNK = 256          # most context rows per block of start()
 _SCORES = 1 << 24     # most attention scores one block of start() holds
 _OWN_RATIO = 4        # a batch's tree keys per row, beyond which rows read their own paths
 _DTYPES = {"float32": np.float32, "float64": np.float64}
+_OUT_BLOCKS = 2       # float64 output blocks an evaluator keeps for reuse
+_OUT_ROWS = 256       # rows of the largest output block kept (larger outputs are fresh)
+_EXP_ROWS = 16        # rows of the log-softmax's exponentials computed at a time
+
+
+def _unheld_count() -> int:
+    """``sys.getrefcount`` of a pool entry that nothing outside the pool references (the
+    same expression as :meth:`_Outputs.block`'s, so the count is the interpreter's own)."""
+    pool = [np.empty(1)]
+    return sys.getrefcount(pool[0])
+
+
+_UNHELD = _unheld_count()
+
+
+class _Outputs:
+    """The float64 blocks that :meth:`NumpyEvaluator.extend` returns log-probabilities in,
+    reused once the caller holds no reference to a block or to any view of it (a view's
+    ``base`` is its block, so a row still held keeps its whole block out of reuse).
+
+    A (rows, vocab) float64 block is 0.4 MB a row: a fresh one per call would be mapped
+    from the operating system and faulted in page by page on first write, which cost more
+    than the LM head's product at a few dozen rows.
+    """
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+        self.pool: list[np.ndarray] = []
+
+    def block(self, rows: int) -> np.ndarray:
+        """A (rows, vocab) float64 array: a view of a kept block nobody else holds, else a
+        new array (kept for reuse when there is room and it is at most ``_OUT_ROWS`` rows)."""
+        pool = self.pool
+        for i in range(len(pool)):
+            if sys.getrefcount(pool[i]) == _UNHELD:
+                if pool[i].shape[0] < rows <= _OUT_ROWS:
+                    pool[i] = np.empty((rows, self.vocab))
+                if pool[i].shape[0] >= rows:
+                    return pool[i][:rows]
+        new = np.empty((rows, self.vocab))
+        if rows <= _OUT_ROWS and len(pool) < _OUT_BLOCKS:
+            pool.append(new)
+        return new
 
 
 def load_hf_weights(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
@@ -242,6 +286,9 @@ class NumpyEvaluator:
         self.nodes = 0
         self._scale = dt(1.0 / math.sqrt(self.hd))
         self._roots = [_Root(self)]
+        self._outs = _Outputs(self.vocab_size)
+        self._logits = np.empty((0, self.vocab_size), dt)     # the head's products, reused
+        self._exp = np.empty((_EXP_ROWS, self.vocab_size), dt)
         self._r = self._roots[0]                   # the root start and extend act on
 
     @classmethod
@@ -472,14 +519,22 @@ class NumpyEvaluator:
         return x
 
     def _logprobs(self, h: np.ndarray) -> np.ndarray:
-        """float64 log-softmax of the head's logits of final normed rows ``h``."""
-        z = h @ self._head
+        """float64 log-softmax of the head's logits of final normed rows ``h``, in an
+        output block of :class:`_Outputs` (the logits and their exponentials in the
+        evaluator's own scratch)."""
+        n = h.shape[0]
+        if self._logits.shape[0] < n:
+            self._logits = np.empty((n, self.vocab_size), self._dt)
+        z = np.matmul(h, self._head, out=self._logits[:n])
         m = z.max(axis=1, keepdims=True)
-        e = z - m
-        np.exp(e, out=e)
-        lse = np.log(e.sum(axis=1, keepdims=True).astype(np.float64))
-        out = np.empty(z.shape)
-        np.subtract(z, m.astype(np.float64) + lse, out=out)
+        total = np.empty((n, 1), self._dt)
+        for a in range(0, n, _EXP_ROWS):
+            b = min(a + _EXP_ROWS, n)
+            e = np.subtract(z[a:b], m[a:b], out=self._exp[:b - a])
+            np.exp(e, out=e)
+            e.sum(axis=1, keepdims=True, out=total[a:b])
+        out = self._outs.block(n)
+        np.subtract(z, m.astype(np.float64) + np.log(total.astype(np.float64)), out=out)
         return out
 
     # -- the interface --------------------------------------------------------------------
@@ -550,7 +605,7 @@ class NumpyEvaluator:
                 x = self._layer(x, i, cs, [seg])
             h = self._norm(x, *self._nf)
             r.feat[a:b] = h
-        r.last = self._logprobs(h[-1:])[0]
+        r.last = self._logprobs(h[-1:])[0].copy()     # (its block goes back to the pool)
         r.ctx = ctx.copy()
         return r.last.copy()
 

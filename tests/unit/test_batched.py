@@ -84,6 +84,29 @@ def test_extend_equals_recomputing_the_prefix(ckpts, arch, form, monkeypatch):
     assert np.abs(single - _ref_lp(folder, np.concatenate([longer, [5]]))).max() < 1e-12
 
 
+def test_returned_log_probabilities_are_never_overwritten_while_held(ckpts):
+    """extend reuses its output blocks, but never one the caller still holds (whole, or
+    a row of it): held outputs keep their values through many later calls, and a block
+    whose every view was dropped is handed out again."""
+    ev = NumpyEvaluator.from_folder(str(ckpts["tied"]), "float64")
+    rng = np.random.default_rng(4)
+    ev.start(rng.integers(0, 256, 12))
+    whole = ev.extend(np.array([-1, -1]), rng.integers(0, 256, 2))
+    row = ev.extend(np.array([0, 1, 1]), rng.integers(0, 256, 3))[2]
+    kept = whole.copy(), row.copy()
+    for _ in range(6):                          # released at once
+        ev.extend(np.array([-1]), rng.integers(0, 256, 1))
+    assert np.array_equal(whole, kept[0]) and np.array_equal(row, kept[1])
+    outs = numpyforward._Outputs(8)
+    a = outs.block(3)
+    address = a.__array_interface__["data"][0]
+    assert not np.shares_memory(outs.block(3), a)           # held: another block
+    del a
+    assert outs.block(2).__array_interface__["data"][0] == address
+    view = outs.block(2)[1]
+    assert all(not np.shares_memory(outs.block(2), view) for _ in range(3))
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_root_slots_extend_together(ckpts, arch, monkeypatch):
     """Three roots in three slots, their batches in one extend_slots call (one of them in
