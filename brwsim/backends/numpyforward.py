@@ -520,21 +520,25 @@ class NumpyEvaluator:
 
     def _logprobs(self, h: np.ndarray) -> np.ndarray:
         """float64 log-softmax of the head's logits of final normed rows ``h``, in an
-        output block of :class:`_Outputs` (the logits and their exponentials in the
-        evaluator's own scratch)."""
+        output block of :class:`_Outputs`; the logits (at most ``_OUT_ROWS`` rows at a
+        time) and their exponentials in the evaluator's own scratch."""
         n = h.shape[0]
-        if self._logits.shape[0] < n:
-            self._logits = np.empty((n, self.vocab_size), self._dt)
-        z = np.matmul(h, self._head, out=self._logits[:n])
-        m = z.max(axis=1, keepdims=True)
-        total = np.empty((n, 1), self._dt)
-        for a in range(0, n, _EXP_ROWS):
-            b = min(a + _EXP_ROWS, n)
-            e = np.subtract(z[a:b], m[a:b], out=self._exp[:b - a])
-            np.exp(e, out=e)
-            e.sum(axis=1, keepdims=True, out=total[a:b])
         out = self._outs.block(n)
-        np.subtract(z, m.astype(np.float64) + np.log(total.astype(np.float64)), out=out)
+        rows = min(n, _OUT_ROWS)
+        if self._logits.shape[0] < rows:
+            self._logits = np.empty((rows, self.vocab_size), self._dt)
+        total = np.empty((rows, 1), self._dt)
+        for a in range(0, n, rows):
+            b = min(a + rows, n)
+            z = np.matmul(h[a:b], self._head, out=self._logits[:b - a])
+            m = z.max(axis=1, keepdims=True)
+            for c in range(0, b - a, _EXP_ROWS):
+                d = min(c + _EXP_ROWS, b - a)
+                e = np.subtract(z[c:d], m[c:d], out=self._exp[:d - c])
+                np.exp(e, out=e)
+                e.sum(axis=1, keepdims=True, out=total[c:d])
+            lse = m.astype(np.float64) + np.log(total[:b - a].astype(np.float64))
+            np.subtract(z, lse, out=out[a:b])
         return out
 
     # -- the interface --------------------------------------------------------------------

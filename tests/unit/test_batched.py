@@ -60,9 +60,12 @@ def test_extend_equals_recomputing_the_prefix(ckpts, arch, form, monkeypatch):
     """start + extend in batches (parents inside a batch too) = every node's whole prefix
     recomputed from scratch, to 1e-12 in float64; a later start reuses the common prefix.
     Both forms of a batch's tree attention (the union of its ancestors; each row its own
-    padded path) and contexts run in several blocks give the same numbers."""
+    padded path), contexts run in several blocks and the LM head's rows in several blocks
+    give the same numbers."""
     monkeypatch.setattr(numpyforward, "_OWN_RATIO", 10 ** 6 if form == "union" else 0)
     monkeypatch.setattr(numpyforward, "_CHUNK", 512 if form == "union" else 7)
+    monkeypatch.setattr(numpyforward, "_OUT_ROWS", 256 if form == "union" else 2)
+    monkeypatch.setattr(numpyforward, "_EXP_ROWS", 16 if form == "union" else 3)
     folder = ckpts[arch]
     ev = NumpyEvaluator.from_folder(str(folder), "float64")
     assert isinstance(ev, TreeEvaluator)
