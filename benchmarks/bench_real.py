@@ -32,11 +32,14 @@ node's, and the largest difference of (a)'s and (b)'s log-probabilities.
 Usage::
 
     python benchmarks/bench_real.py [--model /tmp/models/smollm2-hf] [--trees 3]
-        [--roots-per-pass 1]
+        [--roots-per-pass 4]
 
 ``--roots-per-pass G`` keeps G roots in flight (:func:`brwsim.backends.rounds.optimal_trees`
 with ``slots=G``: one ``extend_slots`` pass evaluates every active root's round, a finished
 root's slot goes to the next root); "passes" counts the calls, "rounds" the roots' rounds.
+The default is what batched transformer runs use
+(:data:`brwsim.families.transformer.ROOTS_PER_PASS`); ``--roots-per-pass 1`` builds one
+tree at a time.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import numpy as np  # noqa: E402
 from brwsim.backends.contexts import AnswerRoots  # noqa: E402
 from brwsim.backends.numpyforward import NumpyEvaluator, load_hf_weights  # noqa: E402
 from brwsim.backends.rounds import optimal_trees  # noqa: E402
+from brwsim.families.transformer import ROOTS_PER_PASS  # noqa: E402
 from brwsim.keys import node_key, seed_key  # noqa: E402
 
 PROMPTS = [
@@ -214,8 +218,9 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=3)
     ap.add_argument("--budget", type=int, default=1024)
     ap.add_argument("--round-max", type=int, default=128)
-    ap.add_argument("--roots-per-pass", type=int, default=1,
-                    help="roots built together in lockstep rounds (root slots; default 1)")
+    ap.add_argument("--roots-per-pass", type=int, default=ROOTS_PER_PASS,
+                    help=f"roots in flight, their rounds evaluated in one pass (root slots; "
+                         f"default {ROOTS_PER_PASS}, as batched transformer runs)")
     args = ap.parse_args()
     import torch
 
