@@ -58,13 +58,19 @@ ROOTS_PER_PASS = 4
 def shipped_checkpoint(path: str) -> str:
     """The folder or file of ``path``: a shipped checkpoint's name (``"target"``,
     ``"draft"``) or a catalogue model's (:mod:`brwsim.models.catalogue`, which must be
-    fetched) when nothing of that name exists here, else ``path`` itself."""
+    fetched) when nothing of that name exists here, else ``path`` itself. A bare name
+    (no folder separator, no ``.gguf``) that is none of these and names nothing here is
+    refused with the names there are (a mistyped model name)."""
     if path in SHIPPED and not os.path.isdir(path):
         res = importlib.resources.files("brwsim").joinpath("data", "transformers", path)
         with importlib.resources.as_file(res) as folder:
             return os.fspath(folder)
     if path in CATALOGUE and not os.path.exists(path):
         return local_path(path)
+    if not os.path.exists(path) and os.sep not in path and not path.endswith(".gguf"):
+        raise UserError(f"path={path!r} is neither a file or folder here nor a model name "
+                        f"(shipped: {', '.join(SHIPPED)}; catalogue: {', '.join(CATALOGUE)}; "
+                        "brwsim models list)")
     return path
 
 #: The files of a checkpoint folder that determine its distributions.

@@ -145,6 +145,15 @@ def test_transformer_names_unfetched_model():
         Transformer("smollm2-135m-instruct")
 
 
+def test_transformer_names_the_models_for_a_mistyped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="path='smollm2-135m' is neither a file or folder here "
+                                        "nor a model name .*catalogue: smollm2-135m-instruct"):
+        Transformer("smollm2-135m")
+    with pytest.raises(UserError, match="not found"):               # a path: said as before
+        Transformer(str(tmp_path / "smollm2-135m"))
+
+
 def test_cli_models(capsys, tmp_path):
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
