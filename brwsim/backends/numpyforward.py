@@ -71,19 +71,20 @@ class _Outputs:
         self.pool: list[np.ndarray] = []
 
     def block(self, rows: int) -> np.ndarray:
-        """A (rows, vocab) float64 array: a view of a kept block nobody else holds, else a
-        new array (kept for reuse when there is room and it is at most ``_OUT_ROWS`` rows)."""
+        """A (rows, vocab) float64 array: the first rows of a kept block nobody else holds,
+        else a new array. Kept blocks have ``_OUT_ROWS`` rows whatever the call asks (a
+        block's pages are faulted in only as its rows are first written, so one never
+        needs to be replaced by a larger one); larger outputs are new arrays."""
+        if rows > _OUT_ROWS:
+            return np.empty((rows, self.vocab))
         pool = self.pool
         for i in range(len(pool)):
             if sys.getrefcount(pool[i]) == _UNHELD:
-                if pool[i].shape[0] < rows <= _OUT_ROWS:
-                    pool[i] = np.empty((rows, self.vocab))
-                if pool[i].shape[0] >= rows:
-                    return pool[i][:rows]
-        new = np.empty((rows, self.vocab))
-        if rows <= _OUT_ROWS and len(pool) < _OUT_BLOCKS:
-            pool.append(new)
-        return new
+                return pool[i][:rows]
+        if len(pool) == _OUT_BLOCKS:
+            return np.empty((rows, self.vocab))
+        pool.append(np.empty((_OUT_ROWS, self.vocab)))
+        return pool[-1][:rows]
 
 
 def load_hf_weights(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
@@ -525,8 +526,8 @@ class NumpyEvaluator:
         n = h.shape[0]
         out = self._outs.block(n)
         rows = min(n, _OUT_ROWS)
-        if self._logits.shape[0] < rows:
-            self._logits = np.empty((rows, self.vocab_size), self._dt)
+        if self._logits.shape[0] < rows:      # (pages are faulted in only as rows are used)
+            self._logits = np.empty((_OUT_ROWS, self.vocab_size), self._dt)
         total = np.empty((rows, 1), self._dt)
         for a in range(0, n, rows):
             b = min(a + rows, n)
