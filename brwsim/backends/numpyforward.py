@@ -288,7 +288,9 @@ class NumpyEvaluator:
         self._scale = dt(1.0 / math.sqrt(self.hd))
         self._roots = [_Root(self)]
         self._outs = _Outputs(self.vocab_size)
-        self._logits = np.empty((0, self.vocab_size), dt)     # the head's products, reused
+        # the head's products and their exponentials, reused (pages are faulted in only
+        # as rows are first used)
+        self._logits = np.empty((_OUT_ROWS, self.vocab_size), dt)
         self._exp = np.empty((_EXP_ROWS, self.vocab_size), dt)
         self._r = self._roots[0]                   # the root start and extend act on
 
@@ -526,8 +528,6 @@ class NumpyEvaluator:
         n = h.shape[0]
         out = self._outs.block(n)
         rows = min(n, _OUT_ROWS)
-        if self._logits.shape[0] < rows:      # (pages are faulted in only as rows are used)
-            self._logits = np.empty((_OUT_ROWS, self.vocab_size), self._dt)
         total = np.empty((rows, 1), self._dt)
         for a in range(0, n, rows):
             b = min(a + rows, n)
