@@ -18,19 +18,22 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.beside import cold
 from brwsim.errors import UserError
 from brwsim.interrupt import answering
 from brwsim.keys import check_path, node_key, seed_key
 from brwsim.kernels.spec import Law, Out, Roots, Spec
 from brwsim.kernels.aim import start_threshold
+from brwsim.kernels.conditioned import conditioned_values
 from brwsim.kernels.forest import forest_chunk
-from brwsim.kernels.tree import NO_DEPTH_CAP, TOO_FEW, grow_tree, new_workspace, simulate_chunk
+from brwsim.kernels.tree import (NO_DEPTH_CAP, TOO_FEW, grow_tree, new_workspace, pass_callees,
+                                 simulate_chunk)
 from brwsim.validate import MAX_BUDGET, MAX_BUDGETS, echo
 
 
 __all__ = ["MAX_BUDGET", "MAX_BUDGETS", "MAX_BATCH", "validate_budgets", "validate_batch",
            "seed_key", "node_key", "check_path", "start_threshold", "check_grow_status", "run_iterations",
-           "run_forest", "law", "run_policy", "grow_root"]
+           "run_forest", "law", "run_policy", "grow_root", "first_run", "compile_pass_callees"]
 
 
 MAX_BATCH = 1 << 16
@@ -53,6 +56,12 @@ def grow_root(spec: Spec, roots: Roots, i: int, *args: Any) -> Any:
     ``args``: budgets, depth cap, starting threshold, workspace, outputs and column)."""
     return grow_tree(law(spec), spec.head_cap, roots.keys[i], roots.mode, roots.ci[i],
                      roots.cf[i], *args)
+
+
+def first_run() -> bool:
+    """Whether numba's cache lacks the optimal tree's kernel or the small-P bound's (for any
+    family): a run will compile them (:mod:`brwsim.beside`)."""
+    return cold(simulate_chunk) or cold(conditioned_values)
 
 
 def validate_budgets(budgets: Any) -> np.ndarray:
@@ -139,6 +148,16 @@ def run_iterations(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, 
     _WORKSPACE.ws, _WORKSPACE.key = ws, (int(budgets[-1]), spec.head_cap)
     check_grow_status(visited, max_depth)
     return out.acc, out.exp, out.dep, int(visited), float(t_end)
+
+
+def compile_pass_callees(spec: Spec, budgets: np.ndarray) -> None:
+    """Compile (or load) what the optimal tree calls once a pass is done (scoring, aiming,
+    wider buffers; :func:`~brwsim.kernels.tree.pass_callees`) for a run of ``spec`` at
+    ``budgets``, without growing a tree: in a process beside the run
+    (:mod:`brwsim.beside`), ahead of the tree kernel that calls them."""
+    for kernel, sig in pass_callees(_workspace(int(budgets[-1]), spec.head_cap), spec.head_cap,
+                                    budgets, Out.new(budgets.size, 1)):
+        kernel.compile(sig)
 
 
 def run_forest(spec: Spec, budgets: np.ndarray, key: np.uint64, first: int, count: int, batch: int,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -10,13 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from brwsim import beside
 from brwsim.engine import (
+    compile_pass_callees,
+    first_run,
     run_forest,
     run_iterations,
     seed_key,
     validate_batch,
     validate_budgets,
 )
+from brwsim.environment import node_logprobs
 from brwsim.errors import UserError
 from brwsim.families.base import Family, Spec
 from brwsim.io import provenance_attrs
@@ -28,6 +33,7 @@ from brwsim.theory import (
     check_family,
     paper_bound,
     paper_bound_reason,
+    small_budget_bound,
     theory_curves,
 )
 from brwsim.validate import check_int, check_work_size, echo
@@ -132,22 +138,25 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     dep = np.empty(shape, np.int32)
     t = [math.nan] * len(pols)
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    # on a cold cache the theory's kernels compile in a second process beside the trees
+    # (forked before the progress bar's thread starts)
+    with beside.compiling(_beside_trees, family, spec, b, when=first_run()):
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
-    step = iterations_per_call(int(b[-1]))
-    for first in range(0, iterations, step):
-        count = min(step, iterations - first)
-        cols = slice(first, first + count)
-        for i, (pol, cap) in enumerate(zip(pols, caps)):
-            if cap is not None:
-                acc[i, :, cols], exp[i, :, cols], dep[i, :, cols], _, t[i] = run_iterations(
-                    spec, b, key, first, count, t[i], cap)
-            else:
-                acc[i, :, cols], exp[i, :, cols], dep[i, :, cols] = pol.run(spec, b, key, first, count)
-        if bar is not None:
-            bar.update(count)
+            bar = tqdm(total=iterations, unit="tree", desc=repr(family)[:40])
+        step = iterations_per_call(int(b[-1]))
+        for first in range(0, iterations, step):
+            count = min(step, iterations - first)
+            cols = slice(first, first + count)
+            for i, (pol, cap) in enumerate(zip(pols, caps)):
+                if cap is not None:
+                    acc[i, :, cols], exp[i, :, cols], dep[i, :, cols], _, t[i] = run_iterations(
+                        spec, b, key, first, count, t[i], cap)
+                else:
+                    acc[i, :, cols], exp[i, :, cols], dep[i, :, cols] = pol.run(spec, b, key, first, count)
+            if bar is not None:
+                bar.update(count)
     if bar is not None:
         bar.close()
     if policies is None:
@@ -157,6 +166,22 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     ds = make_dataset(family, b, acc, exp, dep, config, int(seed), command,
                       policies=None if policies is None else [repr(p) for p in pols])
     return _with_policy_inputs(ds, pols)
+
+
+def _beside_trees(family: Family, spec: Spec, budgets: np.ndarray) -> None:
+    """What a process beside a cold run compiles (:mod:`brwsim.beside`), in the order that
+    keeps ahead of the run: the family's node sampler, which the tree kernel needs first
+    (through :func:`~brwsim.environment.node_logprobs`, which calls it with the tree's
+    types); what the tree calls once a pass is done, which it needs last; then what the
+    run needs after the trees: the small-P bound (the CLI's column; at the smallest
+    budget) and the theory's curves (:func:`predictions`). A step that fails (a family
+    without a small-P bound) is left to the run."""
+    for step in (lambda: node_logprobs(spec, 0, 0, (0,)),
+                 lambda: compile_pass_callees(spec, budgets),
+                 lambda: small_budget_bound(family, budgets[:1]),
+                 lambda: predictions(family, budgets)):
+        with contextlib.suppress(Exception):
+            step()
 
 
 def _with_policy_inputs(ds: xr.Dataset, pols: list) -> xr.Dataset:

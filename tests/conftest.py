@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -68,7 +69,9 @@ def warm_up(scripts, write, heartbeat: float = 30.0) -> list[int]:
     start = time.perf_counter()
     write(f"brwsim tests: compiling {len(scripts)} numba kernel groups into the cache before "
           "the workers start (a minute or more when the cache is cold; seconds when warm)")
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
+    # (they already run side by side: none forks a compile helper of its own, brwsim.beside)
+    env = {**os.environ, "BRWSIM_BESIDE": "0"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, env=env)
              for code in scripts]
     codes: list[int | None] = [None] * len(procs)
     last = start

@@ -9,6 +9,12 @@ Nothing here is public API; :mod:`brwsim.simulate` and the family classes wrap t
   does not inline a cached callee with many array arguments): for the few small
   functions on a tree pass's hot path.
 * :data:`njit_cached` compiles functions that allocate (workspaces, drivers).
+* :data:`inline_njit` is :data:`njit_cached` inlined by numba into its callers, and
+  :data:`inline_kernel` serves the same end for a kernel that one driver calls once per
+  pass (``grow_tree``, ``collect``, ``resume``): numba optimises and compiles a callee's
+  code once for the callee and again, linked, in every caller, so a callee that is only
+  ever reached through one driver is compiled once, in it. (Called from Python, such a
+  kernel compiles as any other.)
 * :data:`dense_kernel` is :data:`kernel` for dense float arithmetic (the LSTM's products
   and gates): ``a * b + c`` may fuse into one FMA (``fastmath={"contract"}``, no other
   fast-math licence) and float division follows numpy's error model (no zero-divisor
@@ -184,6 +190,7 @@ def _jit(**options):
 kernel = _jit(_nrt=False, nogil=True)
 inline_kernel = _jit(_nrt=False, inline="always")
 njit_cached = _jit(nogil=True)
+inline_njit = _jit(nogil=True, inline="always")
 dense_kernel = _jit(_nrt=False, fastmath={"contract"}, error_model="numpy", nogil=True)
 
 

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from brwsim.kernels import kernel
+from brwsim.kernels import inline_kernel, kernel
 from brwsim.kernels.closed import (GEOM_LOG_1MR, UNIFORM_LOGQ, ZIPF_FLOOR, ZIPF_S_HI, ZIPF_S_LO,
                                    closed_init, closed_next)
 from brwsim.kernels.dist import (CTX_NONE, GEOMETRIC, KIND_SLOT, ORDERSTAT, PEAKED, RANK, ROOT_DRAW,
@@ -305,7 +305,7 @@ def walk_pass(law, t, max_depth, n, d, n_old, front, nodes, levels, p_stop, orde
     return n, fr, fu, fc, low
 
 
-@kernel
+@inline_kernel
 def collect(law, rkey, root_mode, t, max_depth, nodes, levels, p_stop, order):
     """Nodes with S <= tie_cut(t) below the root ``rkey`` into ``nodes``, in pre-order.
 
@@ -336,7 +336,7 @@ def collect(law, rkey, root_mode, t, max_depth, nodes, levels, p_stop, order):
     return walk_pass(law, t, max_depth, 0, 0, -1, (-2, 0.0, 0.0), nodes, levels, p_stop, order)
 
 
-@kernel
+@inline_kernel
 def resume(law, t, max_depth, n, front, nodes, levels):
     """Continue a recorded pass of ``n`` nodes to the higher threshold ``t``.
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from brwsim.kernels import kernel, njit_cached
+from brwsim.kernels import inline_njit, kernel, njit_cached
 from brwsim.kernels.aim import AIM_REPEAT, AIM_RESUME, AIM_TIES, after_pass, aim, new_search, tune
 from brwsim.kernels.collect import (ABORT, MAX_NODES, TOO_DEEP, Levels, Nodes, collect, lattice,
                                     resume, top_bound)
@@ -129,7 +129,7 @@ def new_workspace(p_max, head_cap):
                      level_buffers(cap))
 
 
-@njit_cached
+@inline_njit
 def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_depth, t, ws, out,
               col):
     """The optimal trees of one root for every budget, into column ``col`` of ``out``
@@ -245,6 +245,26 @@ def grow_tree(law, head_cap, rkey, root_mode, root_ci, root_cf, budgets, max_dep
     # (a lowered pass's threshold is where P_max nodes lie, whatever ties it holds)
     return (visited, aim(p_max if lowered else n, p_max, t, aim_mode, flags[1], flags[2]),
             Workspace(nodes, order, levels, sel, flags, lv))
+
+
+def pass_callees(ws, head_cap, budgets, out):
+    """The kernels :func:`grow_tree` calls once a pass is done (:func:`score_nested`, the
+    largest; :func:`after_pass`; :func:`deeper_levels`; :func:`wider_buffers`), each with
+    the argument types of its call there, for a run's workspace ``ws``, ``head_cap``,
+    ``budgets`` and outputs ``out``: to compile them in another process ahead of the tree
+    kernel (:mod:`brwsim.beside`), which then loads them. A test checks that these are
+    grow_tree's types (a mismatch costs a second compile, nothing else)."""
+    from numba import typeof, types
+
+    nodes, i64 = ws.nodes, types.int64
+    pos, dep, order = typeof(nodes.pos), typeof(nodes.dep), typeof(ws.order)
+    return [(score_nested, (i64, pos, dep, typeof(nodes.onpath), order, typeof(ws.sel),
+                            typeof(budgets), typeof(out.acc), typeof(out.exp), typeof(out.dep),
+                            i64, types.boolean)),
+            (after_pass, (pos, dep, order, i64, i64, typeof(budgets).dtype, types.float64, i64,
+                          typeof(ws.flags), typeof(new_search()))),
+            (deeper_levels, (typeof(ws.levels), typeof(head_cap))),
+            (wider_buffers, (i64,))]
 
 
 @njit_cached
