@@ -154,7 +154,8 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
                     acc[i, :, cols], exp[i, :, cols], dep[i, :, cols], _, t[i] = run_iterations(
                         spec, b, key, first, count, t[i], cap)
                 else:
-                    acc[i, :, cols], exp[i, :, cols], dep[i, :, cols] = pol.run(spec, b, key, first, count)
+                    acc[i, :, cols], exp[i, :, cols], dep[i, :, cols] = pol.run(spec, b, key, first,
+                                                                                count)
             if bar is not None:
                 bar.update(count)
     if bar is not None:

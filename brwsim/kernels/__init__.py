@@ -38,7 +38,7 @@ Three things keep a cold start short and visible:
   compile time; the decorators type such calls with plain ``int64`` (:func:`_unliteral_calls`).
 * **The neural set-up compiled once.** The LSTM and transformer node set-up is reached from
   every contextual kernel; :mod:`brwsim.kernels.netinit` compiles it once as a C function
-  that kernels call by name, registered (:data:`BEFORE_CONTEXTUAL`) before a kernel with a
+  that kernels call by name, registered (:data:`BEFORE_NEURAL`) before a kernel with a
   contextual ``kinds`` array is compiled or loaded.
 * **A notice on stderr** the first time a process compiles (not when it loads the cache):
   what is compiled, that it happens once, where it is cached, then one line per kernel
@@ -131,9 +131,10 @@ def _unliteral_calls(dispatcher):
 
 
 #: Called before a kernel whose first parameter is a law that may hold a neural component
-#: (or its ``kinds`` array, uint16 or int32) is compiled or loaded from the cache: :func:`brwsim.kernels.netinit.register` adds
-#: itself here when imported (by :mod:`brwsim.kernels.dist`, which every such kernel calls).
-BEFORE_CONTEXTUAL: list = []
+#: (or its ``kinds`` array, uint16 or int32) is compiled or loaded from the cache:
+#: :func:`brwsim.kernels.netinit.register` adds itself here when imported (by
+#: :mod:`brwsim.kernels.dist`, which every such kernel calls).
+BEFORE_NEURAL: list = []
 
 
 def _may_be_neural(args) -> bool:
@@ -147,7 +148,7 @@ def _may_be_neural(args) -> bool:
 
 
 def _registering_compile(dispatcher):
-    """Run :data:`BEFORE_CONTEXTUAL` before a kernel whose first parameter is ``law`` or
+    """Run :data:`BEFORE_NEURAL` before a kernel whose first parameter is ``law`` or
     ``kinds`` is compiled or loaded for one that may hold a neural component."""
     if dispatcher.py_func.__code__.co_varnames[:1] not in (("law",), ("kinds",)):
         return dispatcher
@@ -155,7 +156,7 @@ def _registering_compile(dispatcher):
 
     def compile(sig):
         if _may_be_neural(getattr(sig, "args", sig)):
-            for hook in BEFORE_CONTEXTUAL:
+            for hook in BEFORE_NEURAL:
                 hook()
         return compile_(sig)
 
@@ -207,7 +208,9 @@ class _CompileNotice(event.Listener):
     def _ours(ev) -> str | None:
         fn = getattr(ev.data.get("dispatcher"), "py_func", None)
         module = getattr(fn, "__module__", "") or ""
-        return f"{module.removeprefix('brwsim.kernels.')}.{fn.__name__}" if module.startswith("brwsim.") else None
+        if not module.startswith("brwsim."):
+            return None
+        return f"{module.removeprefix('brwsim.kernels.')}.{fn.__name__}"
 
     def _say(self, text: str) -> None:
         stream = self.stream or sys.stderr

@@ -36,13 +36,11 @@ from brwsim.kernels.closed import closed_level_init, closed_level_next, entropy_
 from brwsim.kernels.context import (CTX_AR1, CTX_DEPTH, CTX_LSTM, CTX_NGRAM, CTX_NONE,  # noqa: F401
                                     CTX_REGIME, node_context, pick_component)
 from brwsim.kernels.dirichlet import dirichlet_init
-from brwsim.kernels.kinds import (BANK, CLOSED_KINDS, COMP, CONTEXTUAL_KINDS, CTX_F, CTX_I,  # noqa: F401
-                                  MIXED_KINDS, NEURAL_KINDS,
-                                  DATA_LEN, DATA_OFF, DIRICHLET, EMPTY, ENTROPY, GEOMETRIC, KIND_SLOT,
-                                  KIND_TABLE, LEVEL_F, LEVEL_I, LISTED, LSTM, NEG_INF, NF, NGRAM,
-                                  NI, ORDERSTAT, PEAKED, PLAIN_KINDS, RANK, ROOT_DRAW,
-                                  ROOT_PRESET, TABLE, TRANSFORMER, UNIFORM, ZIPF, is_closed,
-                                  is_contextual, lists_in_head)
+from brwsim.kernels.kinds import (  # noqa: F401
+    BANK, CLOSED_KINDS, COMP, CONTEXTUAL_KINDS, CTX_F, CTX_I, DATA_LEN, DATA_OFF, DIRICHLET, EMPTY,
+    ENTROPY, GEOMETRIC, KIND_SLOT, KIND_TABLE, LEVEL_F, LEVEL_I, LISTED, LSTM, MIXED_KINDS,
+    NEG_INF, NEURAL_KINDS, NF, NGRAM, NI, ORDERSTAT, PEAKED, PLAIN_KINDS, RANK, ROOT_DRAW,
+    ROOT_PRESET, TABLE, TRANSFORMER, UNIFORM, ZIPF, is_closed, is_contextual, lists_in_head)
 from brwsim.kernels.lstm import LSTM_BETA, LSTM_CARRY
 from brwsim.kernels.netinit import net_init
 from brwsim.kernels.ngram import NGRAM_BETA, ngram_init

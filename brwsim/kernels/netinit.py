@@ -15,12 +15,13 @@ their data pointers and shapes (C-contiguous, checked when a kernel is typed).
 
 LLVM resolves the name when a kernel that calls it is compiled or loaded from the cache:
 :func:`register` puts the compiled function under it. It runs from
-``brwsim.kernels.BEFORE_CONTEXTUAL``: brwsim's kernel decorators call it before they compile
-or load a kernel whose first parameter ``kinds`` is a contextual array
-(``NEURAL_KINDS``, uint16, or ``MIXED_KINDS``, int32), as it is for every kernel that can reach this code; a plain
-family never compiles it. Until then the name points at :func:`_fallback`, which registers
-the compiled function and forwards the call through ctypes (the same numbers, slower per
-call), so a kernel linked before :func:`register` ran never calls an unresolved name.
+``brwsim.kernels.BEFORE_NEURAL``: brwsim's kernel decorators call it before they compile
+or load a kernel whose first parameter ``kinds`` is a neural or mixed array
+(``NEURAL_KINDS``, uint16, or ``MIXED_KINDS``, int32), as it is for every kernel that can
+reach this code; a plain or n-gram family never compiles it. Until then the name points
+at :func:`_fallback`, which registers the compiled function and forwards the call through
+ctypes (the same numbers, slower per call), so a kernel linked before :func:`register` ran
+never calls an unresolved name.
 Its compile times are in ``benchmarks/README.md``.
 """
 
@@ -38,7 +39,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 from numba.np.arrayobj import get_cfarray_intrinsic, make_array
 
-from brwsim.kernels import BEFORE_CONTEXTUAL, caching_here, inline_kernel
+from brwsim.kernels import BEFORE_NEURAL, caching_here, inline_kernel
 from brwsim.kernels.lstm import lstm_init
 from brwsim.kernels.transformer import transformer_init
 
@@ -135,4 +136,4 @@ def _fallback(*args):
 
 
 binding.add_symbol(SYMBOL, ctypes.cast(_fallback, ctypes.c_void_p).value)
-BEFORE_CONTEXTUAL.append(register)
+BEFORE_NEURAL.append(register)

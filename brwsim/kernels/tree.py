@@ -273,11 +273,11 @@ def simulate_chunk(law, head_cap, seed_key, it0, n_it, budgets, max_depth, t_sta
 
     ``ws`` is a :func:`new_workspace` of this ``head_cap`` for a largest budget of at least
     budgets[-1], used before or not: its buffers are reused, so a call touches no fresh
-    memory (first touches of fresh pages are costly), and its flags are reset, so what it learnt of earlier
-    calls' thresholds and ties is not carried over: the passes, and the nodes visited,
-    depend only on this call's arguments (the trees never depend on them). Returns
-    (nodes visited by all passes, final threshold, the workspace, which may have grown),
-    or (HUGE_TIE or TOO_FEW, t, ws).
+    memory (first touches of fresh pages are costly), and its flags are reset, so what it
+    learnt of earlier calls' thresholds and ties is not carried over: the passes, and the
+    nodes visited, depend only on this call's arguments (the trees never depend on them).
+    Returns (nodes visited by all passes, final threshold, the workspace, which may have
+    grown), or (HUGE_TIE or TOO_FEW, t, ws).
     """
     flags = ws.flags
     flags[0] = 0.0
