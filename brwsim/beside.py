@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from brwsim.kernels import COMPILE_NOTICE
+
 #: Longest wait, in seconds, for the child: a child still busy after it is killed, and the
 #: run compiles what it lacks itself (a child only compiles, so it never needs this long).
 WAIT_LIMIT = 600.0
@@ -85,8 +87,6 @@ def _child(work: Callable[..., Any], args: tuple) -> None:
     try:
         devnull = open(os.devnull, "w")
         sys.stdout = sys.stderr = devnull
-        from brwsim.kernels import COMPILE_NOTICE
-
         COMPILE_NOTICE.stream = devnull
         work(*args)
         code = 0
