@@ -12,7 +12,8 @@ never read a half-written file. Nothing of the run's results passes between them
 
 It forks only where that is safe and pays: a cold cache (the tree kernel never compiled
 into it, :func:`cold`), a fork start method, no other thread in this process, at least two
-usable cores, and ``BRWSIM_BESIDE`` not ``0``. The child ignores SIGINT (the run answers
+usable cores, ``BRWSIM_BESIDE`` not ``0``, and no fork before in this process (the first
+one compiled what a second would). The child ignores SIGINT (the run answers
 it), is killed with its parent (Linux), prints nothing, and exits without running this
 process's exit handlers; whatever it fails at, the run computes (and reports) itself.
 """
@@ -32,6 +33,8 @@ from brwsim.kernels import COMPILE_NOTICE
 #: Longest wait, in seconds, for the child: a child still busy after it is killed, and the
 #: run compiles what it lacks itself (a child only compiles, so it never needs this long).
 WAIT_LIMIT = 600.0
+
+_FORKED = False         # a helper was forked from this process (never a second)
 
 
 def cold(dispatcher: Any) -> bool:
@@ -101,7 +104,8 @@ def start(work: Callable[..., Any], *args: Any) -> Beside | None:
     cold); None where it is not."""
     import multiprocessing
 
-    if os.environ.get("BRWSIM_BESIDE", "1") == "0" or _usable_cores() < 2:
+    global _FORKED
+    if _FORKED or os.environ.get("BRWSIM_BESIDE", "1") == "0" or _usable_cores() < 2:
         return None
     if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
         return None
@@ -113,6 +117,7 @@ def start(work: Callable[..., Any], *args: Any) -> Beside | None:
     process = multiprocessing.get_context("fork").Process(target=_child, args=(work, args),
                                                           daemon=True)
     process.start()
+    _FORKED = True
     return Beside(process)
 
 

@@ -24,7 +24,6 @@ from brwsim.interrupt import answering
 from brwsim.keys import check_path, node_key, seed_key
 from brwsim.kernels.spec import Law, Out, Roots, Spec
 from brwsim.kernels.aim import start_threshold
-from brwsim.kernels.conditioned import conditioned_values
 from brwsim.kernels.forest import forest_chunk
 from brwsim.kernels.tree import (NO_DEPTH_CAP, TOO_FEW, grow_tree, new_workspace, pass_callees,
                                  simulate_chunk)
@@ -59,9 +58,9 @@ def grow_root(spec: Spec, roots: Roots, i: int, *args: Any) -> Any:
 
 
 def first_run() -> bool:
-    """Whether numba's cache lacks the optimal tree's kernel or the small-P bound's (for any
-    family): a run will compile them (:mod:`brwsim.beside`)."""
-    return cold(simulate_chunk) or cold(conditioned_values)
+    """Whether numba's cache lacks the optimal tree's kernel (for any family): a run will
+    compile it, the longest wait of a first run (:mod:`brwsim.beside`)."""
+    return cold(simulate_chunk)
 
 
 def validate_budgets(budgets: Any) -> np.ndarray:

@@ -390,8 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(DATA / "budget_curves.nc"))
     ap.add_argument("--trees", type=int, default=None, help="Monte Carlo trees per chain "
                     "evaluation of the spread shape (default 4000, 300 with --quick)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="worker processes (default 2; 1 with --quick, a smoke run)")
     args = ap.parse_args(argv)
+    args.jobs = args.jobs or (1 if args.quick else 2)
     try:
         curves = read_curves(Path(args.csv))
         trees = args.trees or (300 if args.quick else 4000)

@@ -103,9 +103,11 @@ def measure(label: str, text: str, budgets: np.ndarray, trees: int, seed: int,
 def main() -> None:
     ap = argparse.ArgumentParser(description="drafter gap")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="worker processes (default 2; 1 with --quick, a smoke run)")
     ap.add_argument("--out", default=str(DATA / "drafter_gap.nc"))
     args = ap.parse_args()
+    args.jobs = args.jobs or (1 if args.quick else 2)
     budgets = validate_budgets([2 ** i for i in range(9 if args.quick else 13)] + [48, 768])
     if args.quick:
         budgets = budgets[budgets <= 256]

@@ -89,10 +89,12 @@ def simulate_family(label: str, text: str, budgets: np.ndarray, batches: list[in
 def main() -> None:
     ap = argparse.ArgumentParser(description="speed-of-light goodput against batch size")
     ap.add_argument("--quick", action="store_true", help="fewer trees, batch sizes and budgets")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="worker processes (default 2; 1 with --quick, a smoke run)")
     ap.add_argument("--out", default=str(DATA / "goodput.nc"))
     ap.add_argument("--replot", action="store_true", help="redraw the figure from --out, no simulation")
     args = ap.parse_args()
+    args.jobs = args.jobs or (1 if args.quick else 2)
     if args.replot:
         from brwsim.io import open_dataset
 

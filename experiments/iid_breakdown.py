@@ -105,13 +105,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="i.i.d. breakdown")
     ap.add_argument("--quick", action="store_true",
                     help=f"strengths {QUICK_STRENGTHS}, P <= 256, 200 trees, 3000 generated tokens")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="worker processes (default 2; 1 with --quick, a smoke run)")
     ap.add_argument("--charlstm", action="store_true",
                     help="only the neural model (writes data/charlstm_iid.nc)")
     ap.add_argument("--out", default=None, help="output netCDF (default by mode)")
     ap.add_argument("--plot-only", action="store_true",
                     help="re-render the figure from the stored --out file, no simulation")
     args = ap.parse_args()
+    args.jobs = args.jobs or (1 if args.quick else 2)
     if args.charlstm:
         return main_charlstm(args)
     args.out = args.out or str(DATA / "iid_breakdown.nc")

@@ -25,7 +25,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_child_runs_the_work_quietly_and_reports_its_status(tmp_path):
-    res = _run(f"""
+    code = """
         import json, os, sys
         from brwsim import beside
 
@@ -37,16 +37,20 @@ def test_child_runs_the_work_quietly_and_reports_its_status(tmp_path):
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
 
-        ok = beside.start(work, {str(tmp_path / "done")!r}, False)
-        bad = beside.start(work, {str(tmp_path / "never")!r}, True)
-        print(json.dumps([ok.wait(), bad.wait(), os.getpid()]))
-    """)
-    assert res.returncode == 0, res.stderr
-    ok, bad, parent = json.loads(res.stdout)
-    assert (ok, bad) == (True, False)
+        helper = beside.start(work, sys.argv[1], sys.argv[2] == "fail")
+        again = beside.start(work, sys.argv[1] + ".2", False)   # one helper per process
+        print(json.dumps([helper.wait(), again is None, os.getpid()]))
+    """
+    runs = [subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / name), how],
+                           capture_output=True, text=True, timeout=300)
+            for name, how in (("done", "ok"), ("never", "fail"))]
+    for res in runs:
+        assert res.returncode == 0, res.stderr
+        assert "from the child" not in res.stdout + res.stderr
+    (ok, once, parent), (bad, _, _) = (json.loads(r.stdout) for r in runs)
+    assert (ok, once, bad) == (True, True, False)
     assert int((tmp_path / "done").read_text()) != parent      # it ran in another process
-    assert not (tmp_path / "never").exists()
-    assert "from the child" not in res.stdout + res.stderr
+    assert not (tmp_path / "never").exists() and not (tmp_path / "done.2").exists()
 
 
 def test_no_fork_when_switched_off_or_threads_run():
