@@ -112,10 +112,39 @@ class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
         return super().from_function(py_func, py_file)
 
 
+def _locked(save):
+    """numba's ``IndexDataCacheFile.save`` under an exclusive lock on the function's index.
+
+    numba reads a function's index, adds the new signature under the first free data-file
+    number and writes index and data back, unlocked: two processes that compile different
+    signatures of one function at once (the test command's warm-up compiles four kind
+    groups side by side; a cold run compiles beside itself, :mod:`brwsim.beside`) could
+    both take the same number, one index entry lost and its data file holding the other's
+    machine code. The lock (``<index>.lock``, ``flock``) makes each save see the last.
+    Where files cannot be locked, numba's own save runs as it is."""
+    import fcntl
+
+    def locked_save(self, key, data):
+        try:
+            fd = os.open(self._index_path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError:
+            return save(self, key, data)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return save(self, key, data)
+        finally:
+            os.close(fd)                          # (releases the lock)
+
+    locked_save.numba_save = save
+    return locked_save
+
+
 #: numba's cache implementation (``CacheImpl`` in recent numba, ``_CacheImpl`` in older ones).
 _IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
 if PackageCacheLocator not in _IMPL._locator_classes:
     _IMPL._locator_classes.insert(0, PackageCacheLocator)
+if os.name == "posix" and not hasattr(caching.IndexDataCacheFile.save, "numba_save"):
+    caching.IndexDataCacheFile.save = _locked(caching.IndexDataCacheFile.save)
 
 
 def _unliteral_calls(dispatcher):
