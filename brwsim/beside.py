@@ -2,13 +2,16 @@
 
 A run on a cold cache compiles its tree kernel (the longest wait of a first run) and then,
 after the trees, the theory's kernels (the small-P bound's sampled trees, the spine law's
-quadratures). The two need nothing of each other, so :func:`start` forks a process that
-runs the theory once, for its compiled code only (its numbers are thrown away), while this
-process compiles and grows the trees; :meth:`Beside.wait` then waits for it, and this
-process loads the theory's kernels from the cache instead of compiling them. Kernels both
-reach (a family's node sampler) are compiled by whichever gets there first and loaded by
-the other; numba writes each cache file under a temporary name and renames it, so the two
-never read a half-written file. Nothing of the run's results passes between them.
+quadratures). :func:`start` forks a process that compiles, while this one compiles and
+grows the trees, what the caller gives it: for ``simulate``, the kernels the tree kernel
+calls first and last (the family's node sampler, the scoring after a pass) and the
+theory's, by running each once for its compiled code only (the numbers are thrown away).
+:meth:`Beside.wait` then waits for it, and this process loads that work from the cache
+instead of compiling it. A kernel both reach is compiled by whichever gets there first
+and loaded by the other; numba writes each cache file under a temporary name and renames
+it, and its index is saved under a lock (:func:`brwsim.kernels._locked`), so neither reads
+a half-written file or loses the other's entry. Nothing of the run's results passes
+between them.
 
 It forks only where that is safe and pays: a cold cache (the tree kernel never compiled
 into it, :func:`cold`), a fork start method, no other thread in this process, at least two
