@@ -33,8 +33,8 @@ from typing import Any
 
 from brwsim.kernels import COMPILE_NOTICE
 
-#: Longest wait, in seconds, for the child: a child still busy after it is killed, and the
-#: run compiles what it lacks itself (a child only compiles, so it never needs this long).
+#: Longest wait, in seconds, for the child: one still busy then is killed, and the run
+#: compiles what it lacks itself (a child only compiles, so it never needs this long).
 WAIT_LIMIT = 600.0
 
 _FORKED = False         # a helper was forked from this process (never a second)
@@ -75,8 +75,7 @@ class Beside:
         """Wait (at most ``limit`` seconds) for the child; True if its work completed."""
         self.process.join(limit)
         if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+            self.stop()
         return self.process.exitcode == 0
 
     def stop(self) -> None:

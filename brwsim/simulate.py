@@ -138,8 +138,8 @@ def simulate(family: Family, budgets: Sequence[int] | np.ndarray, iterations: in
     dep = np.empty(shape, np.int32)
     t = [math.nan] * len(pols)
     bar = None
-    # on a cold cache the theory's kernels compile in a second process beside the trees
-    # (forked before the progress bar's thread starts)
+    # on a cold cache a second process compiles what the tree kernel calls first and last,
+    # and the theory's kernels, beside the trees (forked before the progress bar's thread)
     with beside.compiling(_beside_trees, family, spec, b, when=first_run()):
         if progress:
             from tqdm.auto import tqdm

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -76,9 +75,9 @@ def warm_up(scripts, write, heartbeat: float = 30.0) -> list[int]:
     start = time.perf_counter()
     write(f"brwsim tests: compiling {len(scripts)} numba kernel groups into the cache before "
           "the workers start (a minute or more when the cache is cold; seconds when warm)")
-    # (they already run side by side: none forks a compile helper of its own, brwsim.beside)
-    env = {**os.environ, "BRWSIM_BESIDE": "0"}
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, env=env)
+    # (each compiles in a thread, where brwsim.beside forks no helper of its own: they
+    # already run side by side)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
              for code in scripts]
     codes: list[int | None] = [None] * len(procs)
     last = start
