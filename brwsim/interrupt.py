@@ -22,6 +22,7 @@ This module imports nothing heavy: it runs first, before numpy and numba are loa
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -29,7 +30,8 @@ import threading
 from typing import Any
 
 __all__ = ["MESSAGE", "EXIT_INTERRUPTED", "POLL_SECONDS", "install_startup_handler",
-           "is_interrupt", "driver_tag", "worker_guard", "command_handlers", "answering"]
+           "is_interrupt", "driver_tag", "worker_guard", "command_handlers", "raise_interrupt",
+           "answering"]
 
 #: The one line an interrupted command prints on stderr.
 MESSAGE = "brwsim: interrupted"
@@ -68,6 +70,20 @@ def install_startup_handler() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+#: Set by :func:`raise_interrupt`: the command received SIGINT. A ``KeyboardInterrupt``
+#: raised inside a C callback is printed as "Exception ignored" and dropped by ctypes
+#: (llvmlite's object-cache notification while numba loads a kernel is one), so the
+#: command would go on; :func:`answering` raises it again.
+_RECEIVED = threading.Event()
+
+
+def raise_interrupt(signum: int, frame: Any) -> None:
+    """The command's SIGINT handler inside :class:`command_handlers`: remember the signal
+    (:data:`_RECEIVED`) and raise ``KeyboardInterrupt``."""
+    _RECEIVED.set()
+    raise KeyboardInterrupt
+
+
 class command_handlers:
     """Context manager around :func:`brwsim.cli.main`'s work: SIGINT raises
     ``KeyboardInterrupt`` inside (so temporary files are removed as the call unwinds);
@@ -76,28 +92,54 @@ class command_handlers:
 
     def __enter__(self) -> "command_handlers":
         self.old = None
+        self.old_hook = sys.unraisablehook
         if threading.current_thread() is threading.main_thread():
+            _RECEIVED.clear()
             self.old = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, raise_interrupt)
+            sys.unraisablehook = self._unraisable
         return self
 
-    def exit_now(self) -> None:
-        """After an interrupt, in the command: flush and end the process with status 130
-        at once (every file was closed and every temporary removed as the call unwound;
-        the interpreter's teardown, numba's and a worker pool's, would delay the answer).
-        Nothing in a program or a test that calls ``main``."""
+    def _unraisable(self, unraisable: Any) -> None:
+        """``sys.unraisablehook`` inside: an interrupt that a C callback or a finaliser
+        could not raise is left to :func:`answering` (:data:`_RECEIVED` is set), without
+        the traceback Python would print; anything else goes to the hook before."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _RECEIVED.set()
+            return
+        self.old_hook(unraisable)
+
+    def exit_now(self, code: int = EXIT_INTERRUPTED) -> None:
+        """In the command: flush and end the process with status ``code`` at once. Every
+        file was closed and every temporary removed before (as the call returned or
+        unwound); the interpreter's teardown (freeing numba's and LLVM's objects, 0.1-0.3 s)
+        would only delay the answer. After an interrupt nothing else runs; after a normal
+        end the other threads that are not daemons are joined and ``atexit``'s functions
+        run first, as at a normal exit. Nothing in a program or a test that calls ``main``."""
         if not _is_command():
             return
+        if code != EXIT_INTERRUPTED:
+            # the interpreter's own first steps of an exit (CPython): the threading module's
+            # exit functions (a worker pool's shutdown), the join of every other thread
+            # that is no daemon, then atexit's functions
+            shutdown = getattr(threading, "_shutdown", None)
+            run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+            if (shutdown is None or run_exitfuncs is None
+                    or threading.current_thread() is not threading.main_thread()):
+                return                          # the usual exit
+            shutdown()
+            run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(code)
 
     def __exit__(self, *exc: Any) -> None:
         if self.old is not None:
             signal.signal(signal.SIGINT, _exit_now if _is_command() else self.old)
+            sys.unraisablehook = self.old_hook
 
 
 def is_interrupt(exc: BaseException | None) -> bool:
@@ -163,7 +205,9 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
     even while the call sits in one long compiled kernel (which must release the GIL:
     brwsim's kernels are compiled ``nogil``). The interrupted call is abandoned: its
     thread finishes into arrays nobody reads (the command ends the process at once);
-    callers must not hand its buffers to another call afterwards. Anywhere else (a
+    callers must not hand its buffers to another call afterwards. An interrupt that a C
+    callback dropped earlier (:data:`_RECEIVED`) is raised here, before or during the
+    call. Anywhere else (a
     program or a notebook calling brwsim, where an abandoned call would go on using a
     core; a worker thread or process) it is a plain call.
 
@@ -173,8 +217,10 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
         ``fn``'s result; an exception it raised is raised here.
     """
     if (not _is_command() or threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            or signal.getsignal(signal.SIGINT) not in (raise_interrupt, signal.default_int_handler)):
         return fn(*args, **kwargs)
+    if _RECEIVED.is_set():                  # an interrupt a callback dropped
+        raise KeyboardInterrupt
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -187,6 +233,8 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
     worker.start()
     while worker.is_alive():
         worker.join(JOIN_SECONDS)
+        if _RECEIVED.is_set():
+            raise KeyboardInterrupt
     if "error" in box:
         raise box.pop("error")
     return box["value"]

@@ -76,8 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 code = _main(argv, guard)
             except KeyboardInterrupt:          # between _main's handlers and here
                 code = _interrupted()
-            if code == EXIT_INTERRUPTED:
-                handlers.exit_now()            # the command: no slow interpreter teardown
+            handlers.exit_now(code)            # the command: no slow interpreter teardown
             return code
     finally:
         if sys.stdout is guard:

@@ -13,7 +13,7 @@ import re
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,13 @@ from brwsim.interrupt import driver_tag
 from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.sweep.claim import FolderState
 from brwsim.sweep.config import SweepConfig
+from brwsim.sweep.shardfile import Shard, ShardWriter
 from brwsim.sweep.shards import (
     THEORY_CHUNK,
     ChunkTask,
     TaskResult,
     TheoryTask,
+    compute_task,
     read_shard,
     run_task,
     changed_inputs,
@@ -51,13 +53,16 @@ Task = ChunkTask | TheoryTask
 @dataclass(frozen=True)
 class ShardInfo:
     """What the merge needs of a finished shard: its largest X, the nodes its passes
-    visited, the code that wrote it (:func:`brwsim.sweep.shards.shard_code`) and its
-    point's input files (:func:`brwsim.sweep.shards.point_inputs`)."""
+    visited, the code that wrote it (:func:`brwsim.sweep.shards.shard_code`), its
+    point's input files (:func:`brwsim.sweep.shards.point_inputs`) and, for a summary or
+    theory shard this process computed, its contents (the merge reads it from memory,
+    not from the file)."""
 
     x_max: int
     visited: int
     code: str
     inputs: str = ""
+    shard: Shard | None = field(default=None, compare=False, repr=False)
 
 
 def shard_codes(infos: dict[tuple[int, int], ShardInfo]) -> dict[str, int]:
@@ -194,7 +199,12 @@ def _usable(out: Path, cfg: SweepConfig, task: Task, raw: bool) -> ShardInfo | N
 def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Path,
              n_total: int, jobs: int | None, backend: str | None, scheduler: Any,
              show: bool) -> int:
-    """Run ``tasks`` in parallel, recording each finished shard in ``infos``; tree nodes run."""
+    """Run ``tasks``, recording each finished shard in ``infos``; tree nodes run.
+
+    With one job (and no dask) every task runs in this process and a
+    :class:`~brwsim.sweep.shardfile.ShardWriter` writes the shards beside the kernel calls;
+    else the theory tasks of :func:`_theory_here` run here and the rest in parallel.
+    """
     if not tasks:
         return 0
     from joblib import Parallel, delayed
@@ -205,23 +215,36 @@ def execute(tasks: list[Task], infos: dict[tuple[int, int], ShardInfo], out: Pat
     rest = [t for t in tasks if not any(t is h for h in here)]
     inputs = {(t.point, t.chunk): t.inputs for t in tasks}
     nodes = 0
-    with _parallel_backend(backend, scheduler, jobs) as n_jobs, \
+    with _parallel_backend(backend, scheduler, jobs) as n_jobs, ShardWriter() as writer, \
             tqdm(total=n_total, initial=n_total - len(tasks), unit="task", desc="sweep",
                  disable=not show, dynamic_ncols=True) as bar:
+        if n_jobs == 1 and backend != "dask":      # every task in this process
+            here, rest = here + rest, []
         start = time.perf_counter()
         results = itertools.chain(
-            (run_task(t) for t in here),
-            Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-                delayed(run_task)(t) for t in rest) if rest else ())
-        for res in results:
-            _check_written(out, res)
+            (_run_here(t, writer) for t in here),
+            ((res, None, False) for res in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+                delayed(run_task)(t) for t in rest)) if rest else ())
+        for res, shard, local in results:
+            if not local:
+                _check_written(out, res)
             infos[(res.point, res.chunk)] = ShardInfo(res.x_max, res.visited, res.code,
-                                                      inputs[(res.point, res.chunk)])
+                                                      inputs[(res.point, res.chunk)], shard)
             nodes += res.tree_nodes
             rate = nodes / max(time.perf_counter() - start, 1e-9)
             bar.set_postfix_str(f"{rate:.3g} tree nodes/s", refresh=False)
             bar.update(1)
     return nodes
+
+
+def _run_here(task: Task, writer: ShardWriter) -> tuple[TaskResult, Shard | None, bool]:
+    """Run ``task`` in this process, its shard queued on ``writer`` (written beside the
+    next task's kernel calls); the result, the shard the merge may take from memory (None
+    for a shard with raw arrays, which the merge streams from its file) and True (a task
+    of this process)."""
+    res, shard = compute_task(task)
+    writer.put(shard, task.path)
+    return res, None if getattr(task, "raw", False) else shard, True
 
 
 def _kernel_group(spec: Any) -> tuple[str, ...]:

@@ -249,8 +249,10 @@ class _BlockWriter:
         self._chunks(point, idx, put, self.block.batch(local))
 
     def _shard(self, point: int, chunk: int) -> Any:
-        ds = load_shard(self.out, self.cfg, point, chunk, self.raw,
-                        self.infos[(point, chunk)].inputs)
+        info = self.infos[(point, chunk)]
+        if info.shard is not None:                  # computed by this process
+            return info.shard
+        ds = load_shard(self.out, self.cfg, point, chunk, self.raw, info.inputs)
         if ds is None:
             path = self.out / "shards" / shard_name(point, chunk)
             path.unlink(missing_ok=True)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ import numpy as np
 
 from brwsim.io import atomic_netcdf
 
-__all__ = ["Variable", "Shard", "digest", "seal", "write_shard", "read_shard_file", "DIGEST"]
+__all__ = ["Variable", "Shard", "ShardWriter", "digest", "seal", "write_shard", "read_shard_file",
+           "DIGEST"]
 
 #: The global attribute holding :func:`digest`.
 DIGEST = "checksum_sha256"
@@ -168,3 +171,45 @@ def read_shard_file(path: str | os.PathLike[str]) -> Shard:
                                            {k: var.getncattr(k) for k in var.ncattrs()
                                             if not k.startswith("_")})
     return Shard(variables, coords, attrs)
+
+
+class ShardWriter:
+    """Writes shards in one thread beside the caller's kernel calls (which release the
+    GIL), in the order given, each through :func:`write_shard`.
+
+    Used as a context manager: leaving it writes every shard still queued, on an error
+    too (they are finished work a resumed sweep reuses), and then raises the first failed
+    write's error (a full disk's :class:`brwsim.errors.UserError`). Once a write has
+    failed, the later ones are skipped and :meth:`put` raises that error. Only this
+    thread touches netCDF while the writer is open.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Shard, str] | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._write_all, name="brwsim-shard-writer",
+                                        daemon=True)
+
+    def __enter__(self) -> "ShardWriter":
+        self._thread.start()
+        return self
+
+    def put(self, shard: Shard, path: str | os.PathLike[str]) -> None:
+        """Queue ``shard`` to be written to ``path``."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put((shard, os.fspath(path)))
+
+    def _write_all(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    write_shard(*item)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                    self._error = exc
+
+    def __exit__(self, *exc: Any) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and exc[0] is None:
+            raise self._error

@@ -19,6 +19,7 @@ unless the sweep is summary-only.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -38,7 +39,7 @@ from brwsim.simulate import iterations_per_call
 from brwsim.sweep.shardfile import DIGEST, Shard, Variable, digest, read_shard_file, seal, write_shard
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
-__all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "read_shard", "shard_name",
+__all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "compute_task", "read_shard", "shard_name",
            "shard_code", "running_code", "point_inputs", "changed_inputs", "SHARD_FORMAT",
            "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
 
@@ -170,12 +171,22 @@ class TaskResult:
 
 def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
     """Run one task in a worker and write its shard; returns a small :class:`TaskResult`."""
+    start = time.perf_counter()
+    res, shard = compute_task(task)
+    write_shard(shard, task.path)
+    return dataclasses.replace(res, seconds=time.perf_counter() - start)
+
+
+def compute_task(task: ChunkTask | TheoryTask) -> tuple[TaskResult, Shard]:
+    """Run one task; its result and its sealed shard, not yet written (``task.path`` is
+    where it belongs). :func:`run_task` writes it at once; a sweep's driver hands it to a
+    :class:`brwsim.sweep.shardfile.ShardWriter`."""
     worker_guard(task.driver)
     start = time.perf_counter()
     if isinstance(task, TheoryTask):
-        write_shard(_theory_shard(task), task.path)
-        return TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
-                          running_code())
+        shard = _theory_shard(task)
+        return (TaskResult(task.point, task.chunk, -1, 0, 0, time.perf_counter() - start,
+                           running_code()), shard)
     if task.family is not None:
         pol = parse_policy(task.policy) if task.policy else Optimal()
         run = (task.family.batched_trees if repr(pol) == repr(Optimal())
@@ -188,10 +199,10 @@ def run_task(task: ChunkTask | TheoryTask) -> TaskResult:
         acc_s, exp_s, visited = acc, exp, 0
     else:
         acc, exp, dep, acc_s, exp_s, visited = _optimal_in_calls(task)
-    write_shard(_chunk_shard(task, acc, exp, dep, visited, acc_s, exp_s), task.path)
-    return TaskResult(task.point, task.chunk, int(acc.max()), visited,
-                      task.count * int(task.budgets[-1]), time.perf_counter() - start,
-                      running_code())
+    shard = _chunk_shard(task, acc, exp, dep, visited, acc_s, exp_s)
+    return (TaskResult(task.point, task.chunk, int(acc.max()), visited,
+                       task.count * int(task.budgets[-1]), time.perf_counter() - start,
+                       running_code()), shard)
 
 
 def _optimal_in_calls(task: ChunkTask) -> tuple[np.ndarray, ...]:

@@ -114,6 +114,38 @@ def test_answering_runs_the_call_and_raises_its_errors(monkeypatch):
     assert threads == [__import__("threading").main_thread()]
 
 
+def test_an_interrupt_a_c_callback_dropped_is_raised_by_answering(monkeypatch, capsys):
+    """ctypes drops a KeyboardInterrupt raised inside a callback (llvmlite's object-cache
+    notification while numba loads a kernel), through ``sys.unraisablehook``; inside the
+    command that prints nothing, and the next kernel call raises it, before it starts and
+    while it runs."""
+    import ctypes
+    import signal as sig
+    import threading
+
+    from brwsim import interrupt
+    from brwsim.interrupt import answering, command_handlers
+
+    monkeypatch.setattr(interrupt, "_is_command", lambda: True)   # as in the command
+    old = sig.getsignal(sig.SIGINT)
+    try:
+        with command_handlers():
+            ctypes.CFUNCTYPE(None)(lambda: (os.kill(os.getpid(), sig.SIGINT), time.sleep(5)))()
+            assert interrupt._RECEIVED.is_set()                  # dropped, not raised
+            assert "Exception ignored" not in capsys.readouterr().err
+            with pytest.raises(KeyboardInterrupt):
+                answering(time.sleep, 5)
+        with command_handlers():                                  # a new command: cleared
+            assert answering(divmod, 7, 2) == (3, 1)
+            threading.Timer(0.2, interrupt._RECEIVED.set).start()  # dropped during the call
+            start = time.perf_counter()
+            with pytest.raises(KeyboardInterrupt):
+                answering(time.sleep, 5)
+            assert time.perf_counter() - start < 1.0
+    finally:
+        sig.signal(sig.SIGINT, old)
+
+
 def test_an_interrupt_wrapped_by_numba_is_recognised():
     try:
         try:

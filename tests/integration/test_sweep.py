@@ -122,6 +122,20 @@ def test_jobs_two_is_identical(config, reference, tmp_path):
     assert_same_data(reference / "results.nc", rep.path)
 
 
+def test_a_merge_from_memory_equals_one_from_the_shard_files(config, tmp_path):
+    """With one job the merge takes the summary and theory shards this process computed
+    from memory; run again on the folder, it reuses every shard and reads each from its
+    file: the same data."""
+    out = tmp_path / "memory"
+    rep = sweep(config, out, jobs=1, summary_only=True)
+    assert rep.run == N_TASKS
+    first = shutil.copy(rep.path, tmp_path / "first.nc")
+    rep.path.unlink()
+    again = sweep(config, out, jobs=1, summary_only=True)
+    assert (again.run, again.reused) == (0, N_TASKS)
+    assert_same_data(Path(first), again.path)
+
+
 def test_chunking_does_not_change_the_draws(config, reference, tmp_path):
     cfg = _write(tmp_path, CONFIG.replace("chunk = 20", "chunk = 150"))
     rep = sweep(cfg, tmp_path / "c150")
