@@ -112,7 +112,7 @@ class command_handlers:
     def exit_now(self, code: int = EXIT_INTERRUPTED) -> None:
         """In the command: flush and end the process with status ``code`` at once. Every
         file was closed and every temporary removed before (as the call returned or
-        unwound); the interpreter's teardown (freeing numba's and LLVM's objects, 0.1-0.3 s)
+        unwound); the interpreter's teardown (freeing every module's objects, 0.1-0.3 s)
         would only delay the answer. After an interrupt nothing else runs; after a normal
         end the other threads that are not daemons are joined and ``atexit``'s functions
         run first, as at a normal exit. Nothing in a program or a test that calls ``main``."""
