@@ -146,6 +146,32 @@ def test_an_interrupt_a_c_callback_dropped_is_raised_by_answering(monkeypatch, c
         sig.signal(sig.SIGINT, old)
 
 
+#: A program that runs the command's ``main`` with a thread and an exit function of its own.
+_ENDING = ("import atexit, sys, threading, time\n"
+           "atexit.register(lambda: print('atexit ran'))\n"
+           "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
+           "sys.argv = ['brwsim', *sys.argv[1:]]\n"
+           "from brwsim.cli.main import main\n"
+           "main()\n"
+           "print('not reached')\n")
+
+
+def test_the_command_ends_after_the_threads_and_exit_functions_with_its_status():
+    """A normal end skips the interpreter's teardown (``os._exit``) but not what an exit
+    does first: other threads joined, ``atexit``'s functions run, output flushed, the
+    command's status kept."""
+    from brwsim import __version__
+
+    ok = subprocess.run([sys.executable, "-c", _ENDING, "--version"], env=ENV,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines() == [f"brwsim {__version__}", "thread done", "atexit ran"]
+    bad = subprocess.run([sys.executable, "-c", _ENDING, "no-such-command"], env=ENV,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout.splitlines() == ["thread done", "atexit ran"]
+    assert len(bad.stderr.splitlines()) == 1 and "no-such-command" in bad.stderr
+
+
 def test_an_interrupt_wrapped_by_numba_is_recognised():
     try:
         try:
