@@ -14,6 +14,7 @@ A :class:`Family` has three faces:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -140,14 +141,17 @@ class Family:
         return None
 
     def cached_spine_law(self):
-        """:meth:`spine_law`, computed once per instance and law seed (families never
-        change after construction; the seed is :func:`brwsim.theory.sampled.law_seed`'s);
-        the memo is not pickled, so workers recompute it."""
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
+        """:meth:`spine_law`, computed once per instance and law seed (the seed is
+        :func:`brwsim.theory.sampled.law_seed`'s)."""
         seed = current_law_seed()
-        name = "spine_law" if seed == 0 else f"spine_law:{seed}"
+        return self.memoized("spine_law" if seed == 0 else f"spine_law:{seed}", self.spine_law)
+
+    def memoized(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per instance under ``name`` (families never change
+        after construction); the memo is not pickled, so workers recompute it."""
+        memo = self.__dict__.setdefault("_brwsim_memo", {})
         if name not in memo:
-            memo[name] = self.spine_law()
+            memo[name] = compute()
         return memo[name]
 
     def tempered_family(self, beta: float) -> "Family | None":

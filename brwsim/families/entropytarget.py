@@ -165,7 +165,11 @@ class EntropyTarget(Family):
 
     def value_laws(self) -> tuple[list, np.ndarray] | None:
         """The exact spine-step law of each distinct shape parameter and its share, or None
-        when they would need more than :data:`~brwsim.theory.laws.MAX_EXACT_ATOMS` atoms."""
+        when they would need more than :data:`~brwsim.theory.laws.MAX_EXACT_ATOMS` atoms
+        (computed once per instance: thousands of values' laws for a correlated family)."""
+        return self.memoized("value_laws", self._value_laws)
+
+    def _value_laws(self) -> tuple[list, np.ndarray] | None:
         values, counts = np.unique(self.params_per_value, return_counts=True)
         share = counts / counts.sum()
         if self.shape == "zipf" and values.size <= 64 and self.vocab > 65_536:
