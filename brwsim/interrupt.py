@@ -22,6 +22,7 @@ This module imports nothing heavy: it runs first, before numpy and numba are loa
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import signal
@@ -31,7 +32,7 @@ from typing import Any
 
 __all__ = ["MESSAGE", "EXIT_INTERRUPTED", "POLL_SECONDS", "install_startup_handler",
            "is_interrupt", "driver_tag", "worker_guard", "command_handlers", "raise_interrupt",
-           "answering"]
+           "check_interrupted", "answering"]
 
 #: The one line an interrupted command prints on stderr.
 MESSAGE = "brwsim: interrupted"
@@ -70,18 +71,46 @@ def install_startup_handler() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-#: Set by :func:`raise_interrupt`: the command received SIGINT. A ``KeyboardInterrupt``
-#: raised inside a C callback is printed as "Exception ignored" and dropped by ctypes
-#: (llvmlite's object-cache notification while numba loads a kernel is one), so the
-#: command would go on; :func:`answering` raises it again.
+#: Set by :func:`raise_interrupt`: the command received SIGINT. C code that cannot raise
+#: drops a ``KeyboardInterrupt`` raised inside it (``sys.unraisablehook``); the command's
+#: hook delivers it again, and :func:`answering` raises it before and during a kernel call
+#: in case it was dropped once more.
 _RECEIVED = threading.Event()
+
+
+#: Set while the command's ``sys.unraisablehook`` runs (where an exception is dropped).
+_IN_HOOK = threading.Event()
+#: How long after C code dropped an interrupt it is delivered again.
+REDELIVER_SECONDS = 0.005
 
 
 def raise_interrupt(signum: int, frame: Any) -> None:
     """The command's SIGINT handler inside :class:`command_handlers`: remember the signal
-    (:data:`_RECEIVED`) and raise ``KeyboardInterrupt``."""
+    (:data:`_RECEIVED`) and raise ``KeyboardInterrupt`` (inside the unraisable hook, where
+    it would be dropped, deliver it again a moment later instead)."""
     _RECEIVED.set()
+    if _IN_HOOK.is_set():
+        _deliver_again()
+        return
     raise KeyboardInterrupt
+
+
+def check_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` if the command received SIGINT that did not end it: a
+    library caught the ``KeyboardInterrupt`` (a bare ``except:``, as netCDF4 has around
+    its attribute lookups) or C code dropped it. Called before a file is renamed into place
+    (:func:`brwsim.io.atomic_path`) and between a sweep's shards, so an interrupted command
+    leaves no result; :func:`brwsim.cli.main` ends with status 130 after one."""
+    if _RECEIVED.is_set():
+        raise KeyboardInterrupt
+
+
+def _deliver_again() -> None:
+    """SIGINT once more, :data:`REDELIVER_SECONDS` from now, from a helper thread: its
+    handler then runs in the main thread, outside the code that dropped the first."""
+    timer = threading.Timer(REDELIVER_SECONDS, _thread.interrupt_main)
+    timer.daemon = True
+    timer.start()
 
 
 class command_handlers:
@@ -101,11 +130,19 @@ class command_handlers:
         return self
 
     def _unraisable(self, unraisable: Any) -> None:
-        """``sys.unraisablehook`` inside: an interrupt that a C callback or a finaliser
-        could not raise is left to :func:`answering` (:data:`_RECEIVED` is set), without
-        the traceback Python would print; anything else goes to the hook before."""
+        """``sys.unraisablehook`` inside: an interrupt that C code could not raise (a ctypes
+        callback such as llvmlite's object-cache notification, a Cython function without
+        an exception clause such as netCDF4's error check, a finaliser) is delivered again,
+        without the traceback Python would print: SIGINT comes once more a moment later
+        (:func:`_deliver_again`), when the main thread has left that code. Anything else
+        goes to the hook before."""
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _RECEIVED.set()
+            _IN_HOOK.set()
+            try:
+                _RECEIVED.set()
+                _deliver_again()
+            finally:
+                _IN_HOOK.clear()
             return
         self.old_hook(unraisable)
 
@@ -140,6 +177,7 @@ class command_handlers:
         if self.old is not None:
             signal.signal(signal.SIGINT, _exit_now if _is_command() else self.old)
             sys.unraisablehook = self.old_hook
+            _RECEIVED.clear()
 
 
 def is_interrupt(exc: BaseException | None) -> bool:

@@ -25,6 +25,7 @@ import numpy as np
 
 from brwsim.errors import UserError
 from brwsim.gitcommit import running_commit
+from brwsim.interrupt import check_interrupted
 from brwsim.lazy import xarray as xr
 from brwsim.validate import available_memory, check_input_file, check_regular_or_absent, format_bytes
 from brwsim.version import __version__
@@ -182,6 +183,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp",
     os.close(fd)
     try:
         yield Path(tmp)
+        check_interrupted()            # a Ctrl-C that a library swallowed: no result
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, dest)
     except BaseException:

@@ -25,7 +25,13 @@ from brwsim.cli.parser import (COMMANDS, DEFAULT_FAMILY_MARK, Parser, unknown_co
                                usage_text)
 from brwsim.errors import UserError
 from brwsim.version import __version__
-from brwsim.interrupt import EXIT_INTERRUPTED, MESSAGE, command_handlers, is_interrupt
+from brwsim.interrupt import (
+    EXIT_INTERRUPTED,
+    MESSAGE,
+    check_interrupted,
+    command_handlers,
+    is_interrupt,
+)
 
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 
@@ -74,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with command_handlers() as handlers:
             try:
                 code = _main(argv, guard)
+                if code != EXIT_INTERRUPTED:
+                    check_interrupted()        # a Ctrl-C that a library swallowed
             except KeyboardInterrupt:          # between _main's handlers and here
                 code = _interrupted()
             handlers.exit_now(code)            # the command: no slow interpreter teardown

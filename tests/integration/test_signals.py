@@ -114,11 +114,13 @@ def test_answering_runs_the_call_and_raises_its_errors(monkeypatch):
     assert threads == [__import__("threading").main_thread()]
 
 
-def test_an_interrupt_a_c_callback_dropped_is_raised_by_answering(monkeypatch, capsys):
-    """ctypes drops a KeyboardInterrupt raised inside a callback (llvmlite's object-cache
-    notification while numba loads a kernel), through ``sys.unraisablehook``; inside the
-    command that prints nothing, and the next kernel call raises it, before it starts and
-    while it runs."""
+def test_an_interrupt_c_code_dropped_is_delivered_again(monkeypatch, capsys):
+    """C code that cannot raise drops a KeyboardInterrupt raised inside it, through
+    ``sys.unraisablehook`` (a ctypes callback: llvmlite's object-cache notification while
+    numba loads a kernel; a Cython function without an exception clause: netCDF4's error
+    check while a sweep reads its shards). Inside the command nothing is printed, the
+    interrupt comes again a moment later, outside that code, and a kernel call started
+    after it raises it too."""
     import ctypes
     import signal as sig
     import threading
@@ -128,22 +130,72 @@ def test_an_interrupt_a_c_callback_dropped_is_raised_by_answering(monkeypatch, c
 
     monkeypatch.setattr(interrupt, "_is_command", lambda: True)   # as in the command
     old = sig.getsignal(sig.SIGINT)
+    dropping = ctypes.CFUNCTYPE(None)(lambda: (os.kill(os.getpid(), sig.SIGINT), time.sleep(5)))
     try:
         with command_handlers():
-            ctypes.CFUNCTYPE(None)(lambda: (os.kill(os.getpid(), sig.SIGINT), time.sleep(5)))()
-            assert interrupt._RECEIVED.is_set()                  # dropped, not raised
+            with pytest.raises(KeyboardInterrupt):
+                dropping()                          # dropped inside, raised after it
+                time.sleep(5)
             assert "Exception ignored" not in capsys.readouterr().err
+            assert interrupt._RECEIVED.is_set()                  # a kernel call after it
             with pytest.raises(KeyboardInterrupt):
                 answering(time.sleep, 5)
         with command_handlers():                                  # a new command: cleared
             assert answering(divmod, 7, 2) == (3, 1)
-            threading.Timer(0.2, interrupt._RECEIVED.set).start()  # dropped during the call
+            threading.Timer(0.2, interrupt._RECEIVED.set).start()  # dropped twice, mid-call
             start = time.perf_counter()
             with pytest.raises(KeyboardInterrupt):
                 answering(time.sleep, 5)
             assert time.perf_counter() - start < 1.0
     finally:
         sig.signal(sig.SIGINT, old)
+
+
+def test_an_interrupt_a_library_swallowed_leaves_no_file(tmp_path):
+    """A library that catches KeyboardInterrupt (netCDF4's bare ``except:`` around its
+    attribute lookups, hit while a sweep reads its shards) does not let the command go on
+    to write a result: the next file's rename raises the interrupt instead."""
+    import signal as sig
+
+    from brwsim import interrupt
+    from brwsim.interrupt import command_handlers
+    from brwsim.io import atomic_path
+
+    old = sig.getsignal(sig.SIGINT)
+    try:
+        with command_handlers():
+            try:
+                os.kill(os.getpid(), sig.SIGINT)
+                time.sleep(5)
+            except:  # noqa: E722 - as the library does
+                pass
+            with pytest.raises(KeyboardInterrupt):
+                with atomic_path(tmp_path / "result.nc") as tmp:
+                    tmp.write_text("a finished result")
+            assert list(tmp_path.iterdir()) == []
+        assert not interrupt._RECEIVED.is_set()                 # cleared on leaving
+    finally:
+        sig.signal(sig.SIGINT, old)
+
+
+def test_a_command_that_finishes_after_a_swallowed_interrupt_ends_interrupted():
+    program = ("import os, signal, sys, time\n"
+               "import brwsim.cli.main\n"
+               "m = sys.modules['brwsim.cli.main']\n"
+               "def work(argv, guard):\n"
+               "    try:\n"
+               "        os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+               "    except:\n"
+               "        pass\n"
+               "    print('finished'); return 0\n"
+               "m._main = work\n"
+               "sys.argv = ['brwsim', '--version']\n"
+               "m.main()\n")
+    res = subprocess.run([sys.executable, "-c", program], env=ENV, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stdout.splitlines() == ["finished"]
+    assert res.stderr.splitlines() == ["brwsim: interrupted"]
 
 
 #: A program that runs the command's ``main`` with a thread and an exit function of its own.
