@@ -243,9 +243,9 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
     even while the call sits in one long compiled kernel (which must release the GIL:
     brwsim's kernels are compiled ``nogil``). The interrupted call is abandoned: its
     thread finishes into arrays nobody reads (the command ends the process at once);
-    callers must not hand its buffers to another call afterwards. An interrupt that a C
-    callback dropped earlier (:data:`_RECEIVED`) is raised here, before or during the
-    call. Anywhere else (a
+    callers must not hand its buffers to another call afterwards. An interrupt that was
+    swallowed (:func:`check_interrupted`) is raised here, before or during the call.
+    Anywhere else (a
     program or a notebook calling brwsim, where an abandoned call would go on using a
     core; a worker thread or process) it is a plain call.
 
@@ -257,8 +257,7 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
     if (not _is_command() or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) not in (raise_interrupt, signal.default_int_handler)):
         return fn(*args, **kwargs)
-    if _RECEIVED.is_set():                  # an interrupt a callback dropped
-        raise KeyboardInterrupt
+    check_interrupted()                     # an interrupt that was swallowed
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -271,8 +270,7 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
     worker.start()
     while worker.is_alive():
         worker.join(JOIN_SECONDS)
-        if _RECEIVED.is_set():
-            raise KeyboardInterrupt
+        check_interrupted()
     if "error" in box:
         raise box.pop("error")
     return box["value"]
