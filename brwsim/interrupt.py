@@ -72,9 +72,9 @@ def install_startup_handler() -> None:
 
 
 #: Set by :func:`raise_interrupt`: the command received SIGINT. C code that cannot raise
-#: drops a ``KeyboardInterrupt`` raised inside it (``sys.unraisablehook``); the command's
-#: hook delivers it again, and :func:`answering` raises it before and during a kernel call
-#: in case it was dropped once more.
+#: drops a ``KeyboardInterrupt`` raised inside it (``sys.unraisablehook``; the command's
+#: hook delivers it again) and a library may catch it (a bare ``except:``);
+#: :func:`check_interrupted` raises it again where the command must not go on.
 _RECEIVED = threading.Event()
 
 
