@@ -8,6 +8,12 @@
   temporary file (:func:`brwsim.io.atomic_path`), and :func:`is_interrupt` recognises one
   that a library wrapped in another exception (numba's dispatcher turns an interrupt while
   it loads a cached kernel into ``SystemError``).
+* An interrupt can be lost on the way: C code that cannot raise drops it (a ctypes
+  callback, a Cython function without an exception clause) and a library can catch it (a
+  bare ``except:``). The command's handler remembers every SIGINT; a dropped one is
+  delivered again a moment later, and :func:`check_interrupted` raises a caught one before
+  any file is renamed into place, between a sweep's shards, around kernel calls and when
+  the command ends, so an interrupted command never ends with status 0 or a result.
 * A compiled kernel does not return to the interpreter until it is done, so a signal
   handler cannot run inside one long call (a huge tree, a policy's run). Inside the
   command, :func:`answering` runs such a call in a helper thread (the kernels release the
