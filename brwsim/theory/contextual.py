@@ -169,7 +169,11 @@ class DominatedSpine(ContextSpine):
     what = "the renewal measure of the stochastically smallest step law"
 
     def density(self, laws, h, size, mode):
-        cdf = None
+        # The largest distribution function: each law's is a step function that changes
+        # only at its nonzero cells, so the largest at j is the largest value any law
+        # reaches at a cell <= j (the same numbers as cumulative sums over the whole grid:
+        # adding the zero cells changes no sum).
+        where, value = [], []
         for law in laws:
             c = law.cells(h, size, mode)
             total = c.sum()
@@ -177,9 +181,12 @@ class DominatedSpine(ContextSpine):
                 raise UserError("a dominated spine needs laws of positive mass")
             # normalised to mass 1 (only raises the functional); mass beyond the grid stays out
             m = law.mass if math.isfinite(law.mass) and law.mass >= total else total
-            c = np.cumsum(c) / m
-            cdf = c if cdf is None else np.maximum(cdf, c)
-        cdf = np.minimum(cdf, 1.0)
+            nz = np.flatnonzero(c)
+            where.append(nz)
+            value.append(np.cumsum(c[nz]) / m)
+        top = np.zeros(size)
+        np.maximum.at(top, np.concatenate(where), np.concatenate(value))
+        cdf = np.minimum(np.maximum.accumulate(top), 1.0)
         f = np.diff(np.concatenate([[0.0], cdf]))
         return _renewal_from(f, root=False)
 

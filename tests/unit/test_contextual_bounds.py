@@ -122,3 +122,25 @@ def test_contextual_bound_is_above_monte_carlo(name):
     for i, p in enumerate(budgets):
         m, se = mean_se(e[i])
         assert bound[i] >= m - 4 * se, (p, bound[i], m, se)
+
+
+@pytest.mark.parametrize("mode", ["split", "floor"])
+def test_the_dominated_spine_takes_the_largest_distribution_function_cell_by_cell(mode):
+    """The largest of the laws' distribution functions, from their nonzero cells only, is
+    bit for bit the one from cumulative sums over the whole grid."""
+    from brwsim.theory.contextual import DominatedSpine, _renewal_from
+    from brwsim.theory.laws import SpineSteps
+
+    rng = np.random.default_rng(5)
+    laws = [Geometric(r).spine_law() for r in rng.uniform(0.02, 0.98, 60)]
+    laws.append(SpineSteps.atoms(rng.uniform(0.1, 4.0, 7), 0.9 * rng.dirichlet(np.ones(7))))
+    h, size = 0.004, 6000
+    cdf = None
+    for law in laws:
+        c = law.cells(h, size, mode)
+        m = law.mass if math.isfinite(law.mass) and law.mass >= c.sum() else c.sum()
+        c = np.cumsum(c) / m
+        cdf = c if cdf is None else np.maximum(cdf, c)
+    f = np.diff(np.concatenate([[0.0], np.minimum(cdf, 1.0)]))
+    got = DominatedSpine(laws).density(laws, h, size, mode)
+    np.testing.assert_array_equal(got, _renewal_from(f, root=False))
