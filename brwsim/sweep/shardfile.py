@@ -178,10 +178,11 @@ class ShardWriter:
     GIL), in the order given, each through :func:`write_shard`.
 
     Used as a context manager: leaving it writes every shard still queued, on an error
-    too (they are finished work a resumed sweep reuses), and then raises the first failed
-    write's error (a full disk's :class:`brwsim.errors.UserError`). Once a write has
-    failed, the later ones are skipped and :meth:`put` raises that error. Only this
-    thread touches netCDF while the writer is open.
+    too (they are finished work a resumed sweep reuses; after Ctrl-C in the command none
+    is renamed into place, :func:`brwsim.interrupt.check_interrupted`), and then raises the
+    first failed write's error (a full disk's :class:`brwsim.errors.UserError`). Once a
+    write has failed, the later ones are skipped and :meth:`put` raises that error. Only
+    this thread touches netCDF while the writer is open.
     """
 
     def __init__(self) -> None:
