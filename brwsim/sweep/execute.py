@@ -301,17 +301,32 @@ def _check_written(out: Path, res: TaskResult) -> None:
 
 @contextlib.contextmanager
 def _parallel_backend(backend: str | None, scheduler: Any, jobs: int | None) -> Iterator[int]:
-    """Enter the joblib backend chosen by ``backend``; yields the ``n_jobs`` to use."""
+    """Enter the joblib backend chosen by ``backend``; yields the ``n_jobs`` to use. After
+    an error or Ctrl-C inside, a loky pool's workers are ended (:func:`_end_loky_pool`)."""
     from joblib import parallel_config
 
-    if backend is None:
-        yield jobs or 1
-    elif backend == "loky":
-        with parallel_config(backend="loky"):
-            yield jobs or 1
+    if backend in (None, "loky"):                 # joblib's default backend is loky
+        try:
+            with parallel_config(backend="loky"):
+                yield jobs or 1
+        except BaseException:
+            _end_loky_pool()
+            raise
     else:
         with _dask_client(scheduler, jobs) as client, parallel_config(backend="dask", client=client):
             yield jobs or -1
+
+
+def _end_loky_pool() -> None:
+    """Kill the workers of joblib's reusable loky pool, if one was started, and wait for its
+    manager to release the pool's semaphores: the command that ends next (at once, after
+    Ctrl-C) leaves nothing to loky's resource tracker, which would warn of "leaked semlock
+    objects" on stderr."""
+    from joblib.externals.loky import reusable_executor
+
+    pool = getattr(reusable_executor, "_executor", None)
+    if pool is not None:
+        pool.shutdown(wait=True, kill_workers=True)
 
 
 @contextlib.contextmanager
