@@ -309,7 +309,7 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     nor stored (batch forests, which they do not describe).
     """
 
-    mom = _memo(family, "moments", family.moments)
+    mom = family.memoized("moments", family.moments)     # seconds for a sampled family
     nan = np.full(budgets.shape, np.nan)
     reasons = {}
     if theory:
@@ -348,18 +348,6 @@ def make_dataset(family: Family, budgets: np.ndarray, acc: np.ndarray, exp: np.n
     return xr.Dataset(data, coords, attrs)
 
 
-def _memo(family: Family, name: str, compute: Any) -> Any:
-    """``compute()`` once per family instance (families are not changed after construction).
-
-    Moments and spine-step laws of sampled families cost seconds; repeated simulate()
-    calls on the same family reuse them.
-    """
-    cache = family.__dict__.setdefault("_brwsim_memo", {})
-    if name not in cache:
-        cache[name] = compute()
-    return cache[name]
-
-
 def predictions(family: Family, budgets: np.ndarray, *, with_reasons: bool = False):
     """The renewal predictions and the proven bound per budget (NaN where they do not apply).
 
@@ -375,7 +363,7 @@ def predictions(family: Family, budgets: np.ndarray, *, with_reasons: bool = Fal
         ``upper_bound`` and ``upper_bound_se``; see :mod:`brwsim.theory`. With
         ``with_reasons``, a pair: that dict and the reason of every NaN variable.
     """
-    curves = _memo(family, f"theory:{budgets.tolist()}", lambda: theory_curves(family, budgets))
+    curves = family.memoized(f"theory:{budgets.tolist()}", lambda: theory_curves(family, budgets))
     out = dict(curves.values)
     return (out, dict(curves.reasons)) if with_reasons else out
 

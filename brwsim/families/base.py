@@ -14,7 +14,7 @@ A :class:`Family` has three faces:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -146,7 +146,7 @@ class Family:
         seed = current_law_seed()
         return self.memoized("spine_law" if seed == 0 else f"spine_law:{seed}", self.spine_law)
 
-    def memoized(self, name: str, compute: Callable[[], Any]) -> Any:
+    def memoized(self, name: Hashable, compute: Callable[[], Any]) -> Any:
         """``compute()``, computed once per instance under ``name`` (families never change
         after construction); the memo is not pickled, so workers recompute it."""
         memo = self.__dict__.setdefault("_brwsim_memo", {})

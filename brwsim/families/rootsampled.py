@@ -80,12 +80,11 @@ class RootSampled:
         """Whole sorted distributions of ``n`` uniformly drawn roots (cached in the memo,
         which is not pickled: a real model's 64 rows are tens of MB, which every sweep
         task would otherwise carry)."""
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
-        key = ("root_rows", n, seed)
-        if key not in memo:
+        def draw() -> np.ndarray:
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(self._ROOT_SPAWN,)))
-            memo[key] = np.array([self.sample_full(rng) for _ in range(n)])
-        return memo[key]
+            return np.array([self.sample_full(rng) for _ in range(n)])
+
+        return self.memoized(("root_rows", n, seed), draw)
 
     def spine_law(self) -> BatchedAtoms:
         """The spine-step law of the root marginal from drawn roots (exact atoms of each),

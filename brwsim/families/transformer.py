@@ -500,11 +500,8 @@ class Transformer(RootSampled, Family):
 
     def evaluator(self):
         """The batched backend's :class:`~brwsim.backends.base.TreeEvaluator` (built once)."""
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
-        if "evaluator" not in memo:
-            memo["evaluator"] = make_evaluator(self.path, self.backend, self.dtype, self.device,
-                                               (self._config, self._tensors))
-        return memo["evaluator"]
+        return self.memoized("evaluator", lambda: make_evaluator(
+            self.path, self.backend, self.dtype, self.device, (self._config, self._tensors)))
 
     @property
     def beta(self) -> float:
@@ -518,13 +515,13 @@ class Transformer(RootSampled, Family):
         key = np.uint64(key)
         if self.contexts == "window":
             return self._window_root(key, iteration)
-        memo = self.__dict__.setdefault("_brwsim_memo", {})
-        roots = memo.get(("answers", int(key)))
-        if roots is None:
+        def answers() -> AnswerRoots:
             eos = self._config.get("eos_token_id")
             eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-            roots = memo[("answers", int(key))] = AnswerRoots(
-                self.evaluator(), self._answer_prompts, key, self.answer, self.beta, eos)
+            return AnswerRoots(self.evaluator(), self._answer_prompts, key, self.answer,
+                               self.beta, eos)
+
+        roots = self.memoized(("answers", int(key)), answers)
         return roots.context(iteration, int(root_key(key, np.uint64(iteration))))
 
     def batched_trees(self, budgets: np.ndarray, key: np.uint64, first: int, count: int
@@ -662,7 +659,7 @@ class Transformer(RootSampled, Family):
             else:
                 i = int(rng.integers(self._roots.size - self._root_w + 1))
                 ctx = self._roots[i:i + self._root_w]
-            memo = self.__dict__.setdefault("_brwsim_memo", {}).setdefault("root_lp", {})
+            memo = self.memoized("root_lp", dict)
             if i not in memo:                # a prompt drawn again costs no forward pass
                 memo[i] = self.evaluator().start(ctx)
             lp = memo[i]
