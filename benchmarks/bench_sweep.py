@@ -132,9 +132,10 @@ SHELL_P, SHELL_IT = 1024, 600
 
 def shell(root: Path, jobs: int, rounds: int = 4) -> None:
     """``brwsim sweep`` of 20 Dirichlet points from the shell (a fresh process, kernels
-    cached, the package byte-compiled, no theory) against the kernel's own rate on the same trees in this process,
-    the two timed alternately ``rounds`` times (the machine is shared: each pair sees
-    about the same load; the best of each is compared too)."""
+    cached, the package byte-compiled, no theory) against the kernel's own rate on the
+    same trees in this process, the two timed alternately ``rounds`` times (the machine is
+    shared: each pair sees about the same load; the best of each and the median of the
+    rounds' ratios are printed too)."""
     import os
     import subprocess
     import sys

@@ -105,8 +105,10 @@ def check_interrupted() -> None:
     """Raise ``KeyboardInterrupt`` if the command received SIGINT that did not end it: a
     library caught the ``KeyboardInterrupt`` (a bare ``except:``, as netCDF4 has around
     its attribute lookups) or C code dropped it. Called before a file is renamed into place
-    (:func:`brwsim.io.atomic_path`) and between a sweep's shards, so an interrupted command
-    leaves no result; :func:`brwsim.cli.main` ends with status 130 after one."""
+    (:func:`brwsim.io.atomic_path`), after each shard file read
+    (:func:`brwsim.sweep.shardfile.read_shard_file`) and around kernel calls
+    (:func:`answering`), so an interrupted command leaves no result;
+    :func:`brwsim.cli.main` ends with status 130 after one."""
     if _RECEIVED.is_set():
         raise KeyboardInterrupt
 
@@ -143,9 +145,8 @@ class command_handlers:
         (:func:`_deliver_again`), when the main thread has left that code. Anything else
         goes to the hook before."""
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _IN_HOOK.set()
+            _IN_HOOK.set()              # (raise_interrupt already set _RECEIVED)
             try:
-                _RECEIVED.set()
                 _deliver_again()
             finally:
                 _IN_HOOK.clear()
@@ -261,7 +262,7 @@ def answering(fn: Any, *args: Any, **kwargs: Any) -> Any:
         ``fn``'s result; an exception it raised is raised here.
     """
     if (not _is_command() or threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) not in (raise_interrupt, signal.default_int_handler)):
+            or signal.getsignal(signal.SIGINT) is not raise_interrupt):
         return fn(*args, **kwargs)
     check_interrupted()                     # an interrupt that was swallowed
     box: dict[str, Any] = {}

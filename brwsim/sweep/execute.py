@@ -21,7 +21,7 @@ import numpy as np
 
 from brwsim.engine import law, run_forest, run_iterations
 from brwsim.errors import UserError
-from brwsim.interrupt import check_interrupted, driver_tag
+from brwsim.interrupt import driver_tag
 from brwsim.policies import Optimal, parse_policy, run_policy
 from brwsim.sweep.claim import FolderState
 from brwsim.sweep.config import SweepConfig
@@ -109,7 +109,6 @@ def plan_tasks(cfg: SweepConfig, out: Path, raw: bool, state: FolderState
     discarded = 0
     stale: dict[str, list[str]] = {}
     for task in _tasks(cfg, shards, raw):
-        check_interrupted()                    # a Ctrl-C that netCDF4 swallowed
         path = Path(task.path)
         if path.exists():
             info = _usable(out, cfg, task, raw)

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from brwsim.errors import UserError
-from brwsim.interrupt import check_interrupted
 from brwsim.io import atomic_netcdf, provenance_attrs
 from brwsim.plan import best_budget, speedup_from_sums
 from brwsim.schema import VARIABLES
@@ -250,7 +249,6 @@ class _BlockWriter:
         self._chunks(point, idx, put, self.block.batch(local))
 
     def _shard(self, point: int, chunk: int) -> Any:
-        check_interrupted()                    # a Ctrl-C that netCDF4 swallowed
         info = self.infos[(point, chunk)]
         if info.shard is not None:                  # computed by this process
             return info.shard

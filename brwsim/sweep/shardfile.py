@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from brwsim.interrupt import check_interrupted
 from brwsim.io import atomic_netcdf
 
 __all__ = ["Variable", "Shard", "ShardWriter", "digest", "seal", "write_shard", "read_shard_file",
@@ -170,6 +171,7 @@ def read_shard_file(path: str | os.PathLike[str]) -> Shard:
                 variables[name] = Variable(var.dimensions, values,
                                            {k: var.getncattr(k) for k in var.ncattrs()
                                             if not k.startswith("_")})
+    check_interrupted()            # a Ctrl-C that netCDF4 caught while reading
     return Shard(variables, coords, attrs)
 
 

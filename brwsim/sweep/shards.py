@@ -39,8 +39,8 @@ from brwsim.simulate import iterations_per_call
 from brwsim.sweep.shardfile import DIGEST, Shard, Variable, digest, read_shard_file, seal, write_shard
 from brwsim.theory import paper_bound, paper_bound_reason, theory_curves
 
-__all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "compute_task", "read_shard", "shard_name",
-           "shard_code", "running_code", "point_inputs", "changed_inputs", "SHARD_FORMAT",
+__all__ = ["ChunkTask", "TheoryTask", "TaskResult", "run_task", "compute_task", "read_shard",
+           "shard_name", "shard_code", "running_code", "point_inputs", "changed_inputs", "SHARD_FORMAT",
            "RAW_VARS", "SUM_VARS", "PRODUCT_SUMS", "THEORY_VARS"]
 
 SHARD_FORMAT = 3      # 3: the SHA-256 covers the arrays too

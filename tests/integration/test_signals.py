@@ -101,7 +101,7 @@ def test_answering_runs_the_call_and_raises_its_errors(monkeypatch):
     from brwsim.interrupt import answering
 
     monkeypatch.setattr(interrupt, "_is_command", lambda: True)   # as in the command
-    old = sig.signal(sig.SIGINT, sig.default_int_handler)
+    old = sig.signal(sig.SIGINT, interrupt.raise_interrupt)
     try:
         assert answering(divmod, 7, 2) == (3, 1)                  # through the helper thread
         with pytest.raises(ZeroDivisionError):
